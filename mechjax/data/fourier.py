@@ -1,0 +1,328 @@
+"""Translation-invariant synthetic inputs with controlled Fourier amplitudes and phases.
+
+This module is the data model of the Fourier-phase pillar (Ricci, Merger & Goldt, "a Fourier view of
+simplicity bias", ICML 2026, arXiv:2605.16913). The paper's code is not public; the model below is built
+from the same group's published input models and is documented here precisely.
+
+Conventions (used by every function):
+
+* Inputs have a spatial shape ``shape``: ``(N,)`` for 1D signals or ``(H, W)`` for images. Arrays carry any
+  number of leading batch axes, ``x_BxS`` = ``(..., *shape)``; ``D = prod(shape)`` is the input dimension.
+* The DFT is orthonormal, ``x̂ = F x`` with ``F`` unitary (``norm="ortho"``), so Parseval holds exactly:
+  ``Σ_j x_j² = Σ_k |x̂_k|²``.
+* ``alpha`` is the exponent of the *power* spectrum: ``E|x̂_k|² ∝ |k|^(−alpha)`` for ``k ≠ 0``. ``|k|`` is
+  the wrapped frequency ``min(k, N − k)`` in 1D and the Euclidean norm of the wrapped frequency vector in
+  2D. Natural images have ``alpha ≈ 2``; ``alpha = 0`` is white (isotropic) data.
+* The DC component is removed (``x̂_0 = 0``), and the spectrum is normalised so that ``E[x_j²] = 1``.
+  For a stationary process ``E[x_j²] = (1/D) Σ_k E|x̂_k|²``, so the normalisation is ``Σ_k A_k² = D``
+  for the amplitudes ``A_k = sqrt(E|x̂_k|²)``.
+* The covariance with amplitudes ``A`` is the circulant ``C = F⁻¹ diag(A²) F``; its square root is
+  ``C^{1/2} = F⁻¹ diag(A) F``, which :func:`colour` applies.
+
+Every function is pure, takes batches, and works under ``jit`` and ``vmap``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SIGNALS = ("spiked_cumulant", "linear_process")
+SPIKES = ("principal", "isotropic")
+NOISES = ("rademacher", "laplace")
+
+
+def check_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+  """Returns ``shape`` as a tuple of 1 or 2 ints ≥ 2, or raises a ValueError naming what is expected."""
+  if isinstance(shape, (int, np.integer)):
+    shape = (int(shape),)
+  try:
+    shape = tuple(int(s) for s in shape)
+  except (TypeError, ValueError):
+    raise ValueError(f"shape must be a tuple of 1 or 2 positive ints such as (32,) or (16, 16); got {shape!r}") from None
+  if len(shape) not in (1, 2) or any(s < 2 for s in shape):
+    raise ValueError(f"shape must be (N,) or (H, W) with every size >= 2; got {shape!r}")
+  return shape
+
+
+def _axes(ndim: int) -> tuple[int, ...]:
+  return tuple(range(-ndim, 0))
+
+
+def _check_trailing(x: jax.Array, shape: tuple[int, ...], name: str = "x") -> None:
+  if tuple(x.shape[x.ndim - len(shape):]) != shape or x.ndim < len(shape):
+    raise ValueError(f"{name} must have shape (..., {', '.join(map(str, shape))}); got {tuple(x.shape)}")
+
+
+def fft(x: jax.Array, ndim: int = 1) -> jax.Array:
+  """Orthonormal DFT over the last ``ndim`` axes."""
+  return jnp.fft.fftn(x, axes=_axes(ndim), norm="ortho")
+
+
+def ifft_real(x_hat: jax.Array, ndim: int = 1) -> jax.Array:
+  """Inverse orthonormal DFT over the last ``ndim`` axes, real part (exact for Hermitian input)."""
+  return jnp.fft.ifftn(x_hat, axes=_axes(ndim), norm="ortho").real
+
+
+def frequency_norm(shape: int | Sequence[int]) -> np.ndarray:
+  """``|k|`` on the full FFT grid: wrapped frequency ``min(k, N−k)``, Euclidean norm over axes in 2D."""
+  shape = check_shape(shape)
+  grids = np.meshgrid(*[np.minimum(np.arange(n), n - np.arange(n)) for n in shape], indexing="ij")
+  return np.sqrt(sum(g.astype(np.float64) ** 2 for g in grids))
+
+
+def power_law_amplitudes(shape: int | Sequence[int], alpha: float | jax.Array) -> jax.Array:
+  """Amplitudes ``A_k = sqrt(E|x̂_k|²)`` of the power-law spectrum on the full FFT grid.
+
+  ``A_k² ∝ |k|^(−alpha)`` for ``k ≠ 0``, ``A_0 = 0`` (no DC), normalised so ``Σ_k A_k² = D`` and hence
+  ``E[x_j²] = 1``. ``alpha`` may be a traced scalar.
+
+  Returns:
+    ``A_S``, float32, of shape ``shape``.
+  """
+  shape = check_shape(shape)
+  if not isinstance(alpha, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(alpha))):
+    raise ValueError(f"alpha must be a finite number; got {alpha!r}")
+  k = frequency_norm(shape)
+  dc = k == 0
+  log_k = np.log(np.where(dc, 1.0, k)).astype(np.float32)
+  power = jnp.where(dc, 0.0, jnp.exp(-jnp.asarray(alpha, jnp.float32) * log_k))
+  power = power * (math.prod(shape) / jnp.sum(power))
+  return jnp.sqrt(power)
+
+
+def colour(z: jax.Array, amplitudes: jax.Array) -> jax.Array:
+  """Applies ``C^{1/2} = F⁻¹ diag(A) F`` to ``z`` of shape ``(..., *A.shape)``.
+
+  White noise ``z ~ N(0, I)`` becomes a stationary Gaussian with covariance ``C = F⁻¹ diag(A²) F``.
+  ``A`` must be symmetric under ``k → −k`` (as :func:`power_law_amplitudes` is), so the output is real.
+  """
+  _check_trailing(z, tuple(amplitudes.shape), "z")
+  return ifft_real(amplitudes * fft(z, amplitudes.ndim), amplitudes.ndim)
+
+
+def phase_scramble(key: jax.Array, x: jax.Array, *, ndim: int = 1) -> jax.Array:
+  """Keeps ``|x̂|`` exactly and replaces the phases by uniform random Hermitian-symmetric phases.
+
+  ``out = F⁻¹[|F x| · e^{iθ}]`` with ``θ = arg F w`` for fresh white noise ``w`` (one per sample). Because
+  ``F w`` of a real ``w`` is Hermitian, the output is real and its power spectrum, hence every second-order
+  statistic (Wiener–Khinchin), is that of ``x``; all higher-order (phase) structure is destroyed.
+
+  Args:
+    key: PRNG key.
+    x: ``(..., *shape)`` real inputs.
+    ndim: number of trailing spatial axes (1 for signals, 2 for images).
+  """
+  w = jax.random.normal(key, x.shape, x.dtype)
+  w_hat = fft(w, ndim)
+  phase = w_hat / jnp.maximum(jnp.abs(w_hat), jnp.finfo(x.dtype).tiny)
+  return ifft_real(jnp.abs(fft(x, ndim)) * phase, ndim)
+
+
+def whiten_amplitudes(x: jax.Array, amplitudes: jax.Array | None = None, *, ndim: int | None = None) -> jax.Array:
+  """Keeps the phases of ``x`` and sets ``|x̂|`` to ``amplitudes``.
+
+  ``out = F⁻¹[A · e^{i arg F x}]`` (with ``arg 0 := 0``). With ``amplitudes=None`` the spectrum is made
+  flat over the non-DC frequencies, per sample, with the same total non-DC power ``Σ_{k≠0} |x̂_k|²``; the
+  DC coefficient is kept as it is. This removes all second-order (amplitude) information and keeps the
+  phases.
+
+  Args:
+    x: ``(..., *shape)`` real inputs.
+    amplitudes: ``A_S`` (symmetric under ``k → −k``), or None for the flat default.
+    ndim: number of trailing spatial axes; taken from ``amplitudes`` when given, else defaults to 1.
+  """
+  if amplitudes is not None:
+    ndim = amplitudes.ndim if ndim is None else ndim
+    if ndim != amplitudes.ndim:
+      raise ValueError(f"ndim={ndim} does not match amplitudes of shape {amplitudes.shape}")
+    _check_trailing(x, tuple(amplitudes.shape))
+  ndim = 1 if ndim is None else ndim
+  x_hat = fft(x, ndim)
+  magnitude = jnp.abs(x_hat)
+  phase = jnp.where(magnitude > 0, x_hat / jnp.where(magnitude > 0, magnitude, 1.0), 1.0)
+  if amplitudes is None:
+    spatial = x.shape[x.ndim - ndim:]
+    dc = np.zeros(spatial, bool)
+    dc[(0,) * ndim] = True
+    power = jnp.sum(jnp.where(dc, 0.0, magnitude**2), axis=_axes(ndim), keepdims=True)
+    flat = jnp.sqrt(power / (math.prod(spatial) - 1))
+    return ifft_real(jnp.where(dc, x_hat, flat * phase), ndim)
+  return ifft_real(amplitudes * phase, ndim)
+
+
+def _balanced_labels(key: jax.Array, num_samples: int):
+  """Labels ``y_B`` with ``num_samples // 2`` ones, and the permutation that shuffles the two classes."""
+  n1 = num_samples // 2
+  y = jnp.concatenate([jnp.zeros(num_samples - n1, jnp.int32), jnp.ones(n1, jnp.int32)])
+  perm = jax.random.permutation(key, num_samples)
+  return n1, y, perm
+
+
+def _unit_noise(key: jax.Array, shape: tuple[int, ...], noise: str) -> jax.Array:
+  """I.i.d. symmetric non-Gaussian noise with unit variance."""
+  if noise == "rademacher":
+    return jax.random.rademacher(key, shape, jnp.float32)
+  if noise == "laplace":  # Var = 2 b², b = 1/√2.
+    return jax.random.laplace(key, shape, jnp.float32) / np.sqrt(2.0)
+  raise ValueError(f"noise must be one of {NOISES}; got {noise!r}")
+
+
+def make_spike(key: jax.Array, shape: int | Sequence[int], alpha: float | jax.Array, kind: str = "principal") -> jax.Array:
+  """The spike ``u_S`` of the spiked-cumulant model, with ``‖u‖² = D`` and ``u ⟂ 1`` (no DC).
+
+  ``kind="principal"`` draws ``u`` from the power-law spectrum with exponent ``alpha`` (a stationary
+  Gaussian field), so it lies mostly in the dominant principal subspace of ``C``; ``kind="isotropic"``
+  draws ``u`` uniformly on the sphere (of the DC-free subspace). At ``alpha = 0`` the two coincide in law.
+  """
+  shape = check_shape(shape)
+  if kind not in SPIKES:
+    raise ValueError(f"spike must be one of {SPIKES}; got {kind!r}")
+  g = jax.random.normal(key, shape, jnp.float32)
+  if kind == "principal":
+    u = colour(g, power_law_amplitudes(shape, alpha))
+  else:
+    u = g - jnp.mean(g)
+  return u * jnp.sqrt(math.prod(shape) / jnp.sum(u**2))
+
+
+def _white_spiked(key: jax.Array, num_samples: int, u: jax.Array, beta) -> jax.Array:
+  """``S(√(β/D) ν u + z)``: the spiked-cumulant samples before colouring, with identity covariance."""
+  if not isinstance(beta, jax.core.Tracer) and not beta >= 0:
+    raise ValueError(f"strength (beta) must be >= 0 for the spiked cumulant; got {beta!r}")
+  axes = _axes(u.ndim)
+  v = u / jnp.sqrt(jnp.sum(u**2))
+  k_nu, k_z = jax.random.split(key)
+  nu = jax.random.rademacher(k_nu, (num_samples,) + (1,) * u.ndim, jnp.float32)
+  t = jax.random.normal(k_z, (num_samples, *u.shape), jnp.float32) + jnp.sqrt(beta) * nu * v
+  c = 1.0 - 1.0 / jnp.sqrt(1.0 + beta)  # S = I − c v vᵀ = (I + β v vᵀ)^{−1/2}
+  return t - c * jnp.sum(t * v, axis=axes, keepdims=True) * v
+
+
+def sample_spiked(key: jax.Array, num_samples: int, *, u: jax.Array, alpha: float | jax.Array,
+                  strength: float | jax.Array = 5.0) -> jax.Array:
+  """Only the structured class of the spiked-cumulant task: ``x = C^{1/2} S (√(β/D) ν u + z)``.
+
+  See :func:`sample_phase_task` for the model; ``u`` (any norm) fixes the spike and the spatial shape.
+  Returns ``(num_samples, *u.shape)``.
+  """
+  shape = check_shape(u.shape)
+  return colour(_white_spiked(key, num_samples, u, strength), power_law_amplitudes(shape, alpha))
+
+
+def sample_gaussian(key: jax.Array, num_samples: int, *, shape: int | Sequence[int], alpha: float | jax.Array) -> jax.Array:
+  """Stationary Gaussian inputs ``x = C^{1/2} z`` with the power-law spectrum ``alpha``: ``(num_samples, *shape)``."""
+  shape = check_shape(shape)
+  z = jax.random.normal(key, (num_samples, *shape), jnp.float32)
+  return colour(z, power_law_amplitudes(shape, alpha))
+
+
+def sample_phase_task(
+    key: jax.Array,
+    num_samples: int,
+    *,
+    shape: int | Sequence[int],
+    alpha: float | jax.Array,
+    signal: str = "spiked_cumulant",
+    strength: float | None = None,
+    spike: str = "principal",
+    spike_key: jax.Array | None = None,
+    u: jax.Array | None = None,
+    noise: str = "rademacher",
+) -> tuple[jax.Array, jax.Array]:
+  """Two classes with the **same power spectrum** that differ only in their phases.
+
+  Class 0 (``y = 0``) is the stationary Gaussian ``x = C^{1/2} z`` with ``z ~ N(0, I)`` and ``C`` the
+  power-law covariance of exponent ``alpha``. Class 1 (``y = 1``) has covariance exactly ``C`` too, but
+  non-Gaussian (structured) phases:
+
+  ``signal="spiked_cumulant"`` — the spiked cumulant model of Székely, Bardone, Gerace & Goldt (2024,
+  arXiv:2312.14922), coloured by the spectrum:
+
+      x = C^{1/2} S (√(β/D) ν u + z),   S = (I + β v vᵀ)^{−1/2} = I − (1 − 1/√(1+β)) v vᵀ,
+
+  with ``ν = ±1`` (Rademacher, one per sample), ``z ~ N(0, I)``, ``‖u‖² = D`` and ``v = u/√D``. The
+  whitening ``S`` makes ``Cov(S(·)) = I`` exactly, so both classes have covariance ``C``. Along ``v`` (in
+  whitened coordinates ``C^{−1/2} x``) the projection has excess kurtosis ``−2β²/(1+β)²``, and every
+  orthogonal direction is Gaussian. ``β`` is ``strength`` (default 5). The spike ``u`` is ``u`` if
+  given, else :func:`make_spike` ``(spike_key, shape, alpha, spike)``; ``spike_key`` defaults to
+  ``PRNGKey(0)``, so repeated calls share one spike (the "teacher").
+
+  ``signal="linear_process"`` — the translation-invariant linear process ``x = h ⊛ ξ`` with ``ĥ = A``,
+  i.e. ``x = C^{1/2} ξ``, with ``ξ = √s ξ_ng + √(1−s) g``: ``ξ_ng`` i.i.d. symmetric non-Gaussian with unit
+  variance (``noise="rademacher"`` or ``"laplace"``), ``g ~ N(0, I)``, and ``s = strength ∈ [0, 1]``
+  (default 1). Class 0 uses Gaussian ``ξ``.
+
+  Args:
+    key: PRNG key for the samples (the spike comes from ``spike_key``/``u``, not from ``key``).
+    num_samples: total number of samples; ``num_samples // 2`` are class 1.
+    shape: ``(N,)`` or ``(H, W)``.
+    alpha: power-spectrum exponent (may be traced).
+    signal: ``"spiked_cumulant"`` or ``"linear_process"``.
+    strength: ``β ≥ 0`` for the spiked cumulant; ``s ∈ [0, 1]`` for the linear process.
+    spike: ``"principal"`` or ``"isotropic"`` (spiked cumulant only).
+    spike_key: key for the spike when ``u`` is None.
+    u: an explicit spike ``u_S`` (rescaled to ``‖u‖² = D``).
+    noise: ``"rademacher"`` or ``"laplace"`` (linear process only).
+
+  Returns:
+    ``(x, y)``: ``x`` float32 ``(num_samples, *shape)``, ``y`` int32 ``(num_samples,)``, shuffled.
+  """
+  shape = check_shape(shape)
+  if signal not in SIGNALS:
+    raise ValueError(f"signal must be one of {SIGNALS}; got {signal!r}")
+  if int(num_samples) < 2:
+    raise ValueError(f"num_samples must be >= 2 (one per class); got {num_samples}")
+  amplitudes = power_law_amplitudes(shape, alpha)
+  k_perm, k_0, k_1, k_2 = jax.random.split(key, 4)
+  n1, y, perm = _balanced_labels(k_perm, num_samples)
+  z0 = jax.random.normal(k_0, (num_samples - n1, *shape), jnp.float32)
+
+  if signal == "spiked_cumulant":
+    if u is None:
+      u = make_spike(jax.random.PRNGKey(0) if spike_key is None else spike_key, shape, alpha, spike)
+    _check_trailing(u, shape, "u")
+    s1 = _white_spiked(k_1, n1, u, 5.0 if strength is None else strength)
+  else:
+    mix = 1.0 if strength is None else strength
+    if not isinstance(mix, jax.core.Tracer) and not 0 <= mix <= 1:
+      raise ValueError(f"strength must be in [0, 1] for the linear process; got {mix!r}")
+    xi = _unit_noise(k_1, (n1, *shape), noise)
+    g = jax.random.normal(k_2, (n1, *shape), jnp.float32)
+    s1 = jnp.sqrt(mix) * xi + jnp.sqrt(1.0 - mix) * g
+  x = colour(jnp.concatenate([z0, s1]), amplitudes)
+  return x[perm], y[perm]
+
+
+def sample_amplitude_task(
+    key: jax.Array,
+    num_samples: int,
+    *,
+    shape: int | Sequence[int],
+    alpha0: float | jax.Array = 0.0,
+    alpha1: float | jax.Array = 1.0,
+) -> tuple[jax.Array, jax.Array]:
+  """The contrast task: two stationary Gaussian classes that differ only in their amplitude spectra.
+
+  Class 0 has power-law exponent ``alpha0`` and class 1 ``alpha1``; both have random (Gaussian) phases
+  and unit pixel variance, so only the shape of the power spectrum (pairwise correlations) separates
+  them.
+
+  Returns:
+    ``(x, y)``: ``x`` float32 ``(num_samples, *shape)``, ``y`` int32 ``(num_samples,)``, shuffled.
+  """
+  shape = check_shape(shape)
+  if int(num_samples) < 2:
+    raise ValueError(f"num_samples must be >= 2 (one per class); got {num_samples}")
+  k_perm, k_z = jax.random.split(key)
+  n1, y, perm = _balanced_labels(k_perm, num_samples)
+  z = jax.random.normal(k_z, (num_samples, *shape), jnp.float32)
+  a0 = power_law_amplitudes(shape, alpha0)
+  a1 = power_law_amplitudes(shape, alpha1)
+  is_one = (jnp.arange(num_samples) >= num_samples - n1).reshape((-1,) + (1,) * len(shape))
+  x = ifft_real(jnp.where(is_one, a1, a0) * fft(z, len(shape)), len(shape))
+  return x[perm], y[perm]

@@ -1,0 +1,67 @@
+"""Figures shared by the experiments (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+@dataclasses.dataclass
+class Curve:
+  """``y_TxS``: one value per logged point ``x_T`` and seed; drawn as the seed mean with a ±1 sd band."""
+
+  x_T: np.ndarray
+  y_TxS: np.ndarray
+  label: str
+
+
+def curves_figure(panels: list[tuple[str, list[Curve]]], path: str, *, ylabel: str, xlabel: str = "training samples",
+                  target: float | None = None, logx: bool = False) -> str:
+  """One panel per ``(title, curves)``; mean over seeds with a ±1 sd band. Returns ``path``."""
+  fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 3.8), squeeze=False, sharey=True)
+  for ax, (title, curves) in zip(axes[0], panels):
+    for c in curves:
+      y = np.atleast_2d(np.asarray(c.y_TxS, dtype=float).T).T
+      mean, sd = np.nanmean(y, axis=1), np.nanstd(y, axis=1)
+      (line,) = ax.plot(c.x_T, mean, label=c.label, lw=1.6)
+      ax.fill_between(c.x_T, mean - sd, mean + sd, color=line.get_color(), alpha=0.2, lw=0)
+    if target is not None:
+      ax.axhline(target, color="gray", ls=":", lw=1, label=f"target {target:g}")
+    ax.axhline(0.5, color="black", lw=0.6, alpha=0.4)
+    if logx:
+      ax.set_xscale("log")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+  axes[0][0].set_ylabel(ylabel)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def loglog_fit_figure(x: np.ndarray, y: np.ndarray, fit_exponent: float, fit_prefactor: float, path: str, *,
+                      xlabel: str, ylabel: str, title: str, scatter: list[tuple[np.ndarray, np.ndarray]] | None = None) -> str:
+  """Log-log points with a fitted power law ``y = prefactor · x^exponent``. Returns ``path``."""
+  fig, ax = plt.subplots(figsize=(4.8, 3.8))
+  if scatter:
+    for xs, ys in scatter:
+      ax.scatter(xs, ys, s=8, color="gray", alpha=0.4)
+  ax.loglog(x, y, "o", color="C0", label="median over seeds")
+  grid = np.geomspace(x.min(), x.max(), 50)
+  ax.loglog(grid, fit_prefactor * grid**fit_exponent, "-", color="C1", label=f"fit: exponent {fit_exponent:.2f}")
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path

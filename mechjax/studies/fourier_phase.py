@@ -1,0 +1,240 @@
+"""The Fourier-phase study: amplitude information is learned before phase information.
+
+Two-layer networks are trained with online SGD (a fresh batch every step, drawn on the device) on
+
+* ``amplitude``: two Gaussian classes whose power spectra differ (``alpha0`` vs ``alpha1``), random phases;
+* ``linear_process``: same spectrum ``alpha`` for both classes, class 1 is ``h ⊛ ξ`` with non-Gaussian ``ξ``;
+* ``spiked_principal`` / ``spiked_isotropic``: same spectrum, class 1 is the coloured spiked-cumulant model
+  with the spike drawn from the power-law spectrum (dominant principal subspace) or uniformly.
+
+At every logged step the networks are evaluated on a fixed test set and on two transformed copies of it:
+phase-scrambled (amplitudes kept, phases randomised) and amplitude-whitened (phases kept, flat spectrum).
+Accuracy that survives scrambling comes from amplitude information; accuracy that survives whitening comes
+from phase information. See :mod:`mechjax.data.fourier` for the data model and its references.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from mechjax import plotting
+from mechjax.data import fourier
+from mechjax.models.mlp import TwoLayer
+from mechjax.train import loop
+from mechjax.train import metrics as metrics_lib
+
+TASKS = ("amplitude", "linear_process", "spiked_principal", "spiked_isotropic")
+PHASE_TASKS = TASKS[1:]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  tasks: tuple[str, ...] = TASKS
+  alphas: tuple[float, ...] = (0.0, 1.0, 2.0)
+  shape: tuple[int, ...] = (32,)
+  amplitude_alphas: tuple[float, float] = (0.0, 1.0)
+  beta: float = 5.0
+  noise: str = "rademacher"
+  width: int = 64
+  activation: str = "relu"
+  batch_size: int = 64
+  learning_rate: float = 0.05
+  eval_samples: int = 4096
+  target_accuracy: float = 0.6
+  seed: int = 0
+  num_seeds: int = 4
+  steps: int = 30_000
+  log_every: int = 500
+  checkpoint_every: int = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+  run: str
+  task: str
+  alpha: float | None  # None for the amplitude task (its two exponents are in Config.amplitude_alphas).
+
+
+def conditions(cfg: Config) -> list[Condition]:
+  out = []
+  for task in cfg.tasks:
+    if task == "amplitude":
+      a0, a1 = cfg.amplitude_alphas
+      out.append(Condition(f"amplitude_alpha{a0:g}_vs_{a1:g}", task, None))
+    else:
+      out.extend(Condition(f"{task}_alpha{a:g}", task, float(a)) for a in cfg.alphas)
+  return out
+
+
+def make_sampler(cfg: Config, cond: Condition):
+  """``sample(key, n) -> (x, y)`` for one condition; the spike (the teacher) is fixed by ``cfg.seed``."""
+  shape = cfg.shape
+  if cond.task == "amplitude":
+    a0, a1 = cfg.amplitude_alphas
+    return lambda key, n: fourier.sample_amplitude_task(key, n, shape=shape, alpha0=a0, alpha1=a1)
+  if cond.task == "linear_process":
+    return lambda key, n: fourier.sample_phase_task(key, n, shape=shape, alpha=cond.alpha, signal="linear_process",
+                                                    noise=cfg.noise)
+  kind = cond.task.removeprefix("spiked_")
+  u = fourier.make_spike(jax.random.split(jax.random.PRNGKey(cfg.seed))[1], shape, cond.alpha, kind)
+  return lambda key, n: fourier.sample_phase_task(key, n, shape=shape, alpha=cond.alpha, signal="spiked_cumulant",
+                                                  strength=cfg.beta, u=u)
+
+
+def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
+  """Logistic loss on a fresh batch per step; evaluation on clean, phase-scrambled and whitened test sets."""
+  model = TwoLayer(cfg.width, cfg.activation)
+  sample = make_sampler(cfg, cond)
+  ndim = len(cfg.shape)
+
+  def init(key):
+    return model.init(key, jnp.zeros((1, *cfg.shape)))
+
+  def loss(params, key):
+    x, y = sample(key, cfg.batch_size)
+    logits = model.apply(params, x)
+    return jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)), {}
+
+  def evaluate(params, key):
+    k_data, k_scramble = jax.random.split(key)
+    x, y = sample(k_data, cfg.eval_samples)
+    acc = lambda inputs: jnp.mean((model.apply(params, inputs) > 0) == (y == 1))
+    logits = model.apply(params, x)
+    return {
+        "test_loss": jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)),
+        "test_acc": jnp.mean((logits > 0) == (y == 1)),
+        "scrambled_acc": acc(fourier.phase_scramble(k_scramble, x, ndim=ndim)),
+        "whitened_acc": acc(fourier.whiten_amplitudes(x, ndim=ndim)),
+    }
+
+  return loop.Problem(init=init, loss=loss, evaluate=evaluate)
+
+
+def samples_to_accuracy(history: list[dict], target: float, batch_size: int) -> int | None:
+  """Samples (steps × batch) at the first logged step where the seed-mean test accuracy reaches ``target``."""
+  for row in history:
+    if np.mean(row["test_acc"]) >= target:
+      return int(row["step"]) * batch_size
+  return None
+
+
+def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> dict:
+  final = np.asarray(history[-1]["test_acc"])
+  return {
+      "task": cond.task,
+      "alpha": cond.alpha,
+      "samples_to_target": samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size),
+      "final_test_acc_mean": float(final.mean()),
+      "final_test_acc_sd": float(final.std()),
+      "final_scrambled_acc_mean": float(np.mean(history[-1]["scrambled_acc"])),
+      "final_whitened_acc_mean": float(np.mean(history[-1]["whitened_acc"])),
+      "steps": int(history[-1]["step"]),
+      "samples": int(history[-1]["step"]) * cfg.batch_size,
+  }
+
+
+def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
+  """Trains every condition (resuming any that were interrupted), then writes summary.json and figures."""
+  histories, summary = {}, {"target_accuracy": cfg.target_accuracy, "conditions": {}}
+  keys = loop.seed_keys(cfg.seed, cfg.num_seeds)
+  optimizer = optax.sgd(cfg.learning_rate)
+  for cond in conditions(cfg):
+    result = loop.train(make_problem(cfg, cond), optimizer, keys=keys, steps=cfg.steps, workdir=workdir,
+                        run=cond.run, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
+                        progress=progress, summarize=_progress_text)
+    histories[cond.run] = result.history
+    summary["conditions"][cond.run] = summarize_condition(cfg, cond, result.history)
+  if metrics_lib.is_writer():
+    figures = os.path.join(workdir, "figures")
+    os.makedirs(figures, exist_ok=True)
+    summary["figures"] = plot_all(cfg, histories, figures)
+    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
+  return summary
+
+
+def _progress_text(row: dict) -> str:
+  return (f"loss {np.mean(row['train_loss']):.4f} | test acc {np.mean(row['test_acc']):.3f} "
+          f"(scrambled {np.mean(row['scrambled_acc']):.3f}, whitened {np.mean(row['whitened_acc']):.3f})")
+
+
+def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> list[str]:
+  """Writes the study's figures; returns their file names."""
+  conds = conditions(cfg)
+  by_task = {t: [c for c in conds if c.task == t] for t in cfg.tasks}
+  written = []
+
+  def curve(cond, key="test_acc", label=None):
+    h = histories[cond.run]
+    samples = np.array([r["step"] for r in h]) * cfg.batch_size
+    return plotting.Curve(samples, np.array([r[key] for r in h], dtype=float), label or cond.run)
+
+  # 1. Amplitude vs phase: the amplitude task against each phase task at its most favourable alpha.
+  amp_vs_phase = []
+  for task, cs in by_task.items():
+    if task == "amplitude":
+      amp_vs_phase.append(curve(cs[0], label="amplitude task"))
+    elif cs:
+      best = max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"]))
+      amp_vs_phase.append(curve(best, label=f"{task} (alpha={best.alpha:g})"))
+  written.append(plotting.curves_figure(
+      [("amplitude vs. phase information", amp_vs_phase)], os.path.join(figures, "amplitude_vs_phase.png"),
+      ylabel="test accuracy", target=cfg.target_accuracy))
+
+  # 2. Phase-task accuracy vs samples for each alpha: both regimes of the power-law effect side by side.
+  panels = [(task, [curve(c, label=f"alpha={c.alpha:g}") for c in by_task[task]])
+            for task in PHASE_TASKS if by_task.get(task)]
+  if panels:
+    written.append(plotting.curves_figure(panels, os.path.join(figures, "phase_vs_alpha.png"),
+                                          ylabel="test accuracy", target=cfg.target_accuracy))
+
+  # 3. Which information the network uses: clean vs phase-scrambled vs amplitude-whitened test sets.
+  info_panels = []
+  for task, cs in by_task.items():
+    if not cs:
+      continue
+    cond = cs[0] if task == "amplitude" else max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"]))
+    info_panels.append((cond.run, [curve(cond, "test_acc", "clean test set"),
+                                   curve(cond, "scrambled_acc", "phase-scrambled (amplitudes only)"),
+                                   curve(cond, "whitened_acc", "amplitude-whitened (phases only)")]))
+  written.append(plotting.curves_figure(info_panels, os.path.join(figures, "information_used.png"),
+                                        ylabel="test accuracy", target=None))
+  return [os.path.basename(w) for w in written]
+
+
+def config_from_flags(values: dict) -> Config:
+  """Builds a Config from parsed flag values (strings for list flags)."""
+  return Config(
+      tasks=tuple(values["tasks"]),
+      alphas=tuple(float(a) for a in values["alpha"]),
+      shape=parse_shape(values["shape"]),
+      amplitude_alphas=tuple(float(a) for a in values["amplitude_alphas"]),
+      beta=values["beta"],
+      noise=values["noise"],
+      width=values["width"],
+      activation=values["activation"],
+      batch_size=values["batch_size"],
+      learning_rate=values["learning_rate"],
+      eval_samples=values["eval_samples"],
+      target_accuracy=values["target_accuracy"],
+      seed=values["seed"],
+      num_seeds=values["num_seeds"],
+      steps=values["steps"],
+      log_every=values["log_every"],
+      checkpoint_every=values["checkpoint_every"],
+  )
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+  """``"32"`` → ``(32,)``, ``"16,16"`` → ``(16, 16)``; raises ValueError otherwise."""
+  try:
+    shape = tuple(int(s) for s in str(text).replace("x", ",").split(","))
+  except ValueError:
+    raise ValueError(f"shape must be N or H,W with positive integers, e.g. 32 or 16,16; got {text!r}") from None
+  return fourier.check_shape(shape)
+

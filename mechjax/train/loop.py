@@ -1,0 +1,217 @@
+"""The training core: pure steps, ``lax.scan`` chunks, ``vmap`` over seeds, a host loop over chunks.
+
+The pieces, from the inside out:
+
+* :func:`make_train_step` turns a problem's ``loss(params, key)`` and an optax optimizer into a pure
+  ``step(state, key) -> (state, metrics)``. Data is generated *inside* the loss from ``key``.
+* :func:`scan_steps` runs ``num_steps`` steps with ``jax.lax.scan``; step ``t`` uses the key
+  ``fold_in(state["key"], t)``, so the randomness of a step depends only on the seed and the step
+  number, never on how the run was cut into chunks or resumed.
+* :func:`make_chunk_fn` compiles ``vmap(scan_steps + evaluate)`` over the seed axis into one program.
+* :func:`train` is the host loop: it resumes from the latest checkpoint, runs chunks, and between chunks
+  writes ``metrics.jsonl``, prints progress, checks for non-finite values and saves checkpoints.
+
+A train state is a plain dict pytree ``{"params", "opt_state", "step", "key", "eval_key"}``; with seeds
+vmapped every leaf has a leading seed axis ``S``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from mechjax.train import checkpoint as ckpt_lib
+from mechjax.train import metrics as metrics_lib
+from mechjax.train.progress import Progress
+
+Params = Any
+State = dict[str, Any]
+Metrics = dict[str, jax.Array]
+
+
+class NonFiniteError(RuntimeError):
+  """A loss or a parameter became NaN or infinite; the message names the step and the seed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+  """What the core needs to know about a learning problem.
+
+  Attributes:
+    init: ``init(key) -> params``.
+    loss: ``loss(params, key) -> (scalar loss, dict of scalar metrics)``; draws its own batch from ``key``.
+    evaluate: optional ``evaluate(params, key) -> dict of scalars``, run at every logged step with a key
+      fixed per seed (so a fixed test set can be drawn from it inside the compiled program).
+  """
+
+  init: Callable[[jax.Array], Params]
+  loss: Callable[[Params, jax.Array], tuple[jax.Array, Metrics]]
+  evaluate: Callable[[Params, jax.Array], Metrics] | None = None
+
+
+def seed_keys(seed: int, num_seeds: int) -> jax.Array:
+  """Per-seed keys ``fold_in(PRNGKey(seed), i)``: seed ``i`` of a vmapped run is the same run alone."""
+  base = jax.random.PRNGKey(seed)
+  return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_seeds))
+
+
+def init_state(problem: Problem, optimizer: optax.GradientTransformation, key: jax.Array) -> State:
+  """The initial state of one seed (vmap it over :func:`seed_keys` for many)."""
+  k_init, k_train, k_eval = jax.random.split(key, 3)
+  params = problem.init(k_init)
+  return {
+      "params": params,
+      "opt_state": optimizer.init(params),
+      "step": jnp.zeros((), jnp.int32),
+      "key": k_train,
+      "eval_key": k_eval,
+  }
+
+
+def make_train_step(problem: Problem, optimizer: optax.GradientTransformation):
+  """``step(state, key) -> (state, metrics)``: one optimizer update on a batch drawn from ``key``."""
+
+  def step(state: State, key: jax.Array) -> tuple[State, Metrics]:
+    (loss, aux), grads = jax.value_and_grad(problem.loss, has_aux=True)(state["params"], key)
+    updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    new_state = {**state, "params": params, "opt_state": opt_state, "step": state["step"] + 1}
+    return new_state, {"loss": loss, **aux}
+
+  return step
+
+
+def scan_steps(step_fn, state: State, num_steps: int) -> tuple[State, Metrics]:
+  """Runs ``num_steps`` steps of ``step_fn`` with ``lax.scan``; returns per-step metrics ``(num_steps, ...)``."""
+
+  def body(state, _):
+    return step_fn(state, jax.random.fold_in(state["key"], state["step"]))
+
+  return jax.lax.scan(body, state, None, length=num_steps)
+
+
+def _all_finite(tree) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+def make_chunk_fn(problem: Problem, optimizer: optax.GradientTransformation, *, vmapped: bool = True, donate: bool = True):
+  """``chunk(state, num_steps) -> (state, per_step_metrics, end_metrics)``, jitted (``num_steps`` static).
+
+  ``end_metrics`` holds ``evaluate`` at the end of the chunk and ``params_finite``. With ``vmapped`` the
+  state carries a leading seed axis and the whole chunk for all seeds is one compiled program.
+  """
+  step_fn = make_train_step(problem, optimizer)
+
+  def chunk(state: State, num_steps: int):
+    state, per_step = scan_steps(step_fn, state, num_steps)
+    end = {"params_finite": _all_finite(state["params"])}
+    if problem.evaluate is not None:
+      end.update(problem.evaluate(state["params"], state["eval_key"]))
+    return state, per_step, end
+
+  if vmapped:
+    chunk_v = lambda state, num_steps: jax.vmap(functools.partial(chunk, num_steps=num_steps))(state)
+  else:
+    chunk_v = chunk
+  return jax.jit(chunk_v, static_argnums=1, donate_argnums=0 if donate else ())
+
+
+def chunk_ends(start: int, steps: int, log_every: int, checkpoint_every: int) -> list[int]:
+  """Steps after ``start`` where a chunk ends: multiples of ``log_every`` or ``checkpoint_every``, and ``steps``.
+
+  The ends depend only on the flags, not on ``start``, so a resumed run cuts the remaining steps exactly
+  as the uninterrupted run did (its logged metrics, chunk means included, are the same).
+  """
+  ends = set(range(log_every, steps, log_every)) | set(range(checkpoint_every, steps, checkpoint_every)) | {steps}
+  return sorted(e for e in ends if e > start)
+
+
+@dataclasses.dataclass
+class TrainResult:
+  state: State
+  history: list[dict]
+  resumed_from: int | None
+
+
+def train(
+    problem: Problem,
+    optimizer: optax.GradientTransformation,
+    *,
+    keys: jax.Array,
+    steps: int,
+    workdir: str | os.PathLike,
+    run: str = "main",
+    log_every: int = 100,
+    checkpoint_every: int = 1000,
+    progress: bool = True,
+    summarize: Callable[[dict], str] | None = None,
+) -> TrainResult:
+  """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
+
+  Resumes from ``workdir/checkpoints/<run>`` if it holds a checkpoint (a finished run returns at once).
+  Every chunk end writes a line of per-seed metrics to ``workdir/metrics.jsonl``: the chunk means of the
+  per-step metrics, prefixed ``train_``, and the ``evaluate`` metrics. Checkpoints are saved at multiples
+  of ``checkpoint_every`` and at ``steps``.
+
+  Raises:
+    NonFiniteError: a loss or a parameter became non-finite. Nothing from the bad chunk is written, and
+      the last good checkpoint is kept.
+  """
+  workdir = os.fspath(workdir)
+  writer = metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run)
+  init_fn = jax.jit(jax.vmap(functools.partial(init_state, problem, optimizer)))
+  abstract_state = jax.eval_shape(init_fn, keys)
+
+  with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", run)) as checkpointer:
+    start = checkpointer.latest_step()
+    if start is not None:
+      state = checkpointer.restore(abstract_state, start)
+      writer.truncate_after(start)
+    else:
+      state = init_fn(keys)
+      writer.truncate_after(0)
+      start = 0
+    resumed_from = start if start > 0 else None
+    if start >= steps:
+      return TrainResult(state, writer.history(), resumed_from)
+
+    chunk_fn = make_chunk_fn(problem, optimizer)
+    bar = Progress(run, steps, start, enabled=progress)
+    step = start
+    for end in chunk_ends(start, steps, log_every, checkpoint_every):
+      state, per_step, end_metrics = chunk_fn(state, end - step)
+      per_step, end_metrics = jax.device_get((per_step, end_metrics))
+      _check_finite(per_step["loss"], end_metrics.pop("params_finite"), first_step=step + 1, run=run,
+                    last_good=checkpointer.latest_step())
+      row = {f"train_{k}": np.mean(v, axis=1) for k, v in per_step.items()}
+      row.update(end_metrics)
+      row = writer.write(end, row)
+      step = end
+      if end % checkpoint_every == 0 or end == steps:
+        checkpointer.save(end, state)
+      bar.update(end, summarize(row) if summarize else f"loss {np.mean(row['train_loss']):.4f}")
+  return TrainResult(state, writer.history(), resumed_from)
+
+
+def _check_finite(loss_SxT: np.ndarray, params_finite_S: np.ndarray, *, first_step: int, run: str, last_good: int | None):
+  kept = f"last good checkpoint: step {last_good}" if last_good is not None else "no checkpoint was saved"
+  bad = ~np.isfinite(loss_SxT)
+  if bad.any():
+    seeds, offsets = np.nonzero(bad)
+    i = np.argmin(offsets)
+    raise NonFiniteError(
+        f"non-finite loss at step {first_step + offsets[i]} (seed {seeds[i]}) in run '{run}'; "
+        f"training stopped, {kept}")
+  if not np.all(params_finite_S):
+    seed = int(np.argmin(params_finite_S))
+    raise NonFiniteError(
+        f"non-finite parameters after step {first_step + loss_SxT.shape[1] - 1} (seed {seed}) in run '{run}'; "
+        f"training stopped, {kept}")

@@ -1,0 +1,95 @@
+"""Metrics on the host: ``metrics.jsonl`` (one JSON object per logged step) and atomic JSON files.
+
+A line is ``{"run": name, "step": s, "<metric>": [one value per seed], ...}``. Several runs of one
+experiment (one per condition) share one file, told apart by ``"run"``. When a run resumes from the
+checkpoint at step ``s``, its lines after ``s`` (written before the process died) are dropped, so the
+file always describes exactly the state that training continues from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def is_writer() -> bool:
+  """Only process 0 writes metrics, summaries and figures under multi-host JAX."""
+  return jax.process_index() == 0
+
+
+def to_jsonable(value: Any) -> Any:
+  """Converts numpy/JAX scalars and arrays to plain Python; non-finite floats become None."""
+  if isinstance(value, dict):
+    return {str(k): to_jsonable(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [to_jsonable(v) for v in value]
+  if isinstance(value, (np.ndarray, jax.Array)):
+    return to_jsonable(np.asarray(value).tolist())
+  if isinstance(value, (np.floating, float)):
+    return float(value) if math.isfinite(value) else None
+  if isinstance(value, np.integer):
+    return int(value)
+  if isinstance(value, np.bool_):
+    return bool(value)
+  return value
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+  """Writes ``obj`` as indented JSON via a temporary file and a rename, so a reader never sees half a file."""
+  if not is_writer():
+    return
+  tmp = f"{os.fspath(path)}.tmp"
+  with open(tmp, "w") as f:
+    json.dump(to_jsonable(obj), f, indent=2, sort_keys=True)
+    f.write("\n")
+  os.replace(tmp, path)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+  """All complete lines of a JSONL file (a torn last line from a killed writer is ignored)."""
+  if not os.path.exists(path):
+    return []
+  rows = []
+  with open(path) as f:
+    for line in f:
+      try:
+        rows.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue
+  return rows
+
+
+class MetricsWriter:
+  """Appends the lines of one run to a shared ``metrics.jsonl``."""
+
+  def __init__(self, path: str | os.PathLike, run: str):
+    self.path = os.fspath(path)
+    self.run = run
+
+  def history(self) -> list[dict]:
+    """This run's lines, in step order."""
+    return sorted((r for r in read_jsonl(self.path) if r.get("run") == self.run), key=lambda r: r["step"])
+
+  def truncate_after(self, step: int) -> None:
+    """Drops this run's lines with ``step > step`` (and any torn line); other runs' lines are kept."""
+    if not is_writer() or not os.path.exists(self.path):
+      return
+    rows = read_jsonl(self.path)
+    keep = [r for r in rows if r.get("run") != self.run or r.get("step", 0) <= step]
+    tmp = self.path + ".tmp"
+    with open(tmp, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in keep)
+    os.replace(tmp, self.path)
+
+  def write(self, step: int, metrics: dict[str, Any]) -> dict:
+    row = {"run": self.run, "step": int(step), **to_jsonable(metrics)}
+    if is_writer():
+      with open(self.path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+    return row
