@@ -41,7 +41,7 @@ class RecoverySetup:
   alpha: float = 0.0
   spike: str = "principal"
   beta: float = 5.0
-  lr_scale: float = 0.005
+  lr_scale: float = 0.02
   batch_size: int | None = None  # None: B = D.
   threshold: float = 0.5
 
@@ -88,7 +88,7 @@ def _make_step(setup: RecoverySetup, u: jax.Array):
 
 
 def samples_to_weak_recovery(setup: RecoverySetup, *, num_seeds: int, max_samples: int, seed: int = 0,
-                             chunk_steps: int = 2000, quantile: float = 0.75) -> dict:
+                             chunk_steps: int = 2000, quantile: float = 0.6) -> dict:
   """Runs ``num_seeds`` vmapped neurons until a ``quantile`` of them reach ``|m| ≥ threshold`` (or ``max_samples``).
 
   Returns a dict with ``samples`` (per seed; ``inf`` where not reached), ``median``, the initial
@@ -128,3 +128,20 @@ def fit_exponent(dims: np.ndarray, samples: np.ndarray, log_power: float = 2.0) 
   y = np.log(np.asarray(samples, float) / np.log(dims) ** log_power)
   slope, intercept = np.polyfit(np.log(dims), y, 1)
   return float(slope), float(np.exp(intercept))
+
+
+def bootstrap_exponent(dims: np.ndarray, samples_per_dim: list[np.ndarray], *, num_resamples: int = 2000,
+                       seed: int = 0, log_power: float = 2.0) -> tuple[float, float]:
+  """16th and 84th percentiles of the fitted exponent when the seeds at each N are resampled.
+
+  Unreached seeds count as ``inf`` (they sort last, as in the median); resamples whose median is
+  ``inf`` at some N are dropped.
+  """
+  rng = np.random.default_rng(seed)
+  fits = []
+  for _ in range(num_resamples):
+    medians = np.array([np.median(rng.choice(s, size=len(s), replace=True)) for s in samples_per_dim])
+    if np.all(np.isfinite(medians)):
+      fits.append(fit_exponent(dims, medians, log_power)[0])
+  lo, hi = np.percentile(fits, [16, 84]) if fits else (np.nan, np.nan)
+  return float(lo), float(hi)
