@@ -47,6 +47,10 @@ flags.register_validator("dims", lambda v: len(v) >= 2 and all(s.isdigit() and i
 flags.register_validator("speedup_alphas", lambda v: all(_is_float(s) and float(s) > 0 for s in v),
                          message="must be a comma-separated list of numbers > 0 (or empty)")
 shared.positive_int("num_seeds", minimum=3)
+shared.positive_int("seed", minimum=0)
+flags.register_validator("out", lambda v: bool(v and v.strip()), message="must be a non-empty path")
+flags.register_multi_flags_validator(["low", "high"], lambda d: 0 < d["low"] < d["high"],
+                                     message="--low and --high must satisfy 0 < low < high")
 shared.positive_float("beta")
 shared.positive_float("lr_scale")
 shared.positive_float("max_factor")
