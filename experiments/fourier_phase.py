@@ -31,7 +31,11 @@ flags.DEFINE_float("target_accuracy", 0.6, "summary.json reports the samples nee
 shared.choice_list("tasks", study.TASKS)
 shared.float_list("alpha", minimum=0.0)
 shared.float_list("amplitude_alphas", minimum=0.0)
-flags.register_validator("amplitude_alphas", lambda v: len(v) == 2, message="must be exactly two exponents, e.g. 0,1")
+flags.register_validator("amplitude_alphas", lambda v: len(v) == 2 and float(v[0]) != float(v[1]),
+                         message="must be exactly two different exponents, e.g. 0,1")
+flags.register_validator("alpha", lambda v: len({f"{float(a):g}" for a in v}) == len(v),
+                         message="must not repeat a value")
+flags.register_validator("tasks", lambda v: len(set(v)) == len(v), message="must not repeat a task")
 flags.register_validator("shape", lambda v: _shape_ok(v), message="must be N or H,W with integers >= 2, e.g. 32 or 16,16")
 shared.positive_float("beta", allow_zero=True)
 shared.positive_float("learning_rate")

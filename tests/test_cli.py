@@ -26,6 +26,7 @@ RUN = "amplitude_alpha0_vs_1"
 @pytest.mark.parametrize("flag,name", [
     ("--steps=0", "--steps"), ("--alpha=-1", "--alpha"), ("--shape=abc", "--shape"), ("--num_seeds=0", "--num_seeds"),
     ("--learning_rate=-1", "--learning_rate"), ("--tasks=edges", "--tasks"), ("--shape=4,4,4", "--shape"),
+    ("--alpha=1,1.0", "--alpha"), ("--amplitude_alphas=1,1", "--amplitude_alphas"),
 ])
 def test_bad_flag_gives_one_line_and_nonzero_exit(flag, name, tmp_path):
   r = run_module("experiments.fourier_phase", flag, f"--workdir={tmp_path / 'w'}")
@@ -86,18 +87,26 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
   env = {**os.environ, "PYTHONPATH": ROOT}
   proc = subprocess.Popen([sys.executable, "-m", "experiments.fourier_phase", *args, f"--workdir={killed}"],
                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  first = killed / "checkpoints" / RUN / "2000"
-  deadline = time.time() + 120
-  while not first.exists() and proc.poll() is None and time.time() < deadline:
+  # Kill between checkpoints: after the step-3000 metrics line, before the step-4000 checkpoint, so the
+  # rerun must both restore checkpoint 2000 and drop the line written after it.
+  metrics = killed / "metrics.jsonl"
+  deadline = time.time() + 300
+  while proc.poll() is None and time.time() < deadline:
+    if any(r["step"] >= 3000 for r in metrics_lib.read_jsonl(metrics)):
+      break
     time.sleep(0.005)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert proc.returncode == -signal.SIGKILL
-  assert not (killed / "summary.json").exists(), "the run finished before it could be killed"
-  assert not (killed / "checkpoints" / RUN / str(steps)).exists()
+  with ckpt_lib.Checkpointer(killed / "checkpoints" / RUN) as c:
+    at_kill = c.latest_step()
+  assert at_kill is not None and at_kill < steps, "the run was not killed mid-way"
+  assert max(r["step"] for r in metrics_lib.read_jsonl(metrics)) > at_kill, "no line after the checkpoint to drop"
+  assert not (killed / "summary.json").exists()
 
   r = run_module("experiments.fourier_phase", *args, f"--workdir={killed}")
   assert r.returncode == 0, r.stderr
+  assert f"step {at_kill + 1000}/{steps}" in r.stderr and "step 1000/" not in r.stderr  # it resumed
   a, b = _final_state(straight, steps), _final_state(killed, steps)
   diffs = jax.tree.leaves(jax.tree.map(lambda x, y: float(np.max(np.abs(np.asarray(x, float) - np.asarray(y, float)))),
                                        a["params"], b["params"]))

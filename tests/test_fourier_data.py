@@ -27,6 +27,8 @@ def test_power_law_amplitudes(shape, alpha):
 def test_shape_and_alpha_errors_name_what_is_expected():
   with pytest.raises(ValueError, match="shape must be"):
     F.power_law_amplitudes("abc", 1.0)
+  with pytest.raises(ValueError, match="alpha must be a finite"):
+    F.power_law_amplitudes((8,), None)
   with pytest.raises(ValueError, match="shape must be"):
     F.check_shape((4, 4, 4))
   with pytest.raises(ValueError, match="alpha must be a finite"):
@@ -141,3 +143,54 @@ def test_jit_and_vmap_over_alpha():
   xs = jax.vmap(sample, in_axes=(None, 0))(KEY, jnp.array([0.0, 1.0, 2.0]))
   assert xs.shape == (3, 32, 16)
   np.testing.assert_allclose(xs[2], sample(KEY, 2.0), atol=1e-5)
+
+
+def test_fft_path_matches_dense_path_and_traced_alpha_matches_concrete():
+  """colour() uses a dense circulant for concrete amplitudes and FFTs for traced ones: same map, same spectrum."""
+  shape = (8, 12)
+  a_np = F.power_law_amplitudes(shape, 2.0)
+  a_traced = jax.jit(lambda alpha: F.power_law_amplitudes(shape, alpha))(2.0)
+  np.testing.assert_allclose(a_traced, a_np, rtol=1e-5, atol=1e-6)
+  z = jax.random.normal(KEY, (16, *shape))
+  dense = F.colour(z, a_np)
+  via_fft = jax.jit(F.colour)(z, jnp.asarray(a_np))  # amplitudes traced -> FFT branch
+  np.testing.assert_allclose(via_fft, dense, atol=1e-5)
+  np.testing.assert_allclose(dense, F.ifft_real(a_np * F.fft(z, 2), 2), atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 2.0])
+def test_large_inputs_take_the_fft_path_with_the_right_spectrum(alpha):
+  shape = (40, 40)  # D = 1600 > DENSE_COLOUR_MAX_DIM
+  assert np.prod(shape) > F.DENSE_COLOUR_MAX_DIM
+  x = F.sample_gaussian(KEY, 512, shape=shape, alpha=alpha)
+  np.testing.assert_allclose(np.mean(np.asarray(x) ** 2), 1.0, atol=0.02)
+  power = np.abs(np.asarray(F.fft(x, 2))) ** 2
+  expected = np.asarray(F.power_law_amplitudes(shape, alpha)) ** 2
+  # Averaged over samples, each frequency's power is exponential with mean A^2: check a pooled ratio per |k| shell.
+  k = F.frequency_norm(shape)
+  for lo, hi in [(0.5, 2.5), (2.5, 6.5), (6.5, 20.0)]:
+    shell = (k > lo) & (k <= hi)
+    np.testing.assert_allclose(power.mean(0)[shell].sum() / expected[shell].sum(), 1.0, atol=0.05)
+
+
+def test_traced_alpha_keeps_unit_variance():
+  sample = jax.jit(lambda a: F.sample_gaussian(KEY, 2048, shape=(16,), alpha=a))
+  for alpha in (0.0, 1.5, 3.0):
+    np.testing.assert_allclose(np.mean(np.asarray(sample(alpha)) ** 2), 1.0, atol=0.05)
+
+
+def test_explicit_spike_is_projected_off_dc_and_zero_spike_is_refused():
+  shape, beta = (32,), 5.0
+  iso = F.make_spike(jax.random.PRNGKey(4), shape, 0.0, "isotropic")
+  x, y = F.sample_phase_task(KEY, 40000, shape=shape, alpha=0.0, strength=beta, u=iso + 3.0)  # a DC offset
+  proj = np.asarray(x @ (iso / jnp.linalg.norm(iso)))[np.asarray(y) == 1]
+  assert abs(stats.kurtosis(proj) - (-2 * beta**2 / (1 + beta) ** 2)) < 0.2
+  for bad in (jnp.zeros(32), jnp.ones(32)):
+    with pytest.raises(ValueError, match="non-zero part orthogonal to the constant"):
+      F.sample_phase_task(KEY, 8, shape=shape, alpha=0.0, u=bad)
+
+
+@pytest.mark.parametrize("bad", ["32", (7.9,), None, (4, 4, 4), (1,)])
+def test_check_shape_refuses_text_floats_and_wrong_ranks(bad):
+  with pytest.raises(ValueError, match="shape must be an int N or a tuple"):
+    F.check_shape(bad)

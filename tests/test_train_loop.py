@@ -112,6 +112,16 @@ def test_nan_guard_names_step_and_seed_and_keeps_last_checkpoint(tmp_path):
   assert max(r["step"] for r in rows) == 100  # nothing from the bad chunk was written
 
 
+def test_train_names_the_exact_step_whose_loss_is_non_finite(tmp_path):
+  """w starts at 5.5 and SGD(1) on loss = w lowers it by 1 per step: step t sees w = 6.5 - t, NaN from t = 7."""
+  problem = loop.Problem(
+      init=lambda key: {"w": jnp.float32(5.5)},
+      loss=lambda p, key: (p["w"] + jnp.where(p["w"] < 0, jnp.nan, 0.0), {}))
+  with pytest.raises(loop.NonFiniteError, match=r"non-finite loss at step 7 \(seed 0\).*last good checkpoint: step 4"):
+    loop.train(problem, optax.sgd(1.0), keys=loop.seed_keys(0, 2), steps=12, workdir=tmp_path, log_every=4,
+               checkpoint_every=4, progress=False)
+
+
 def test_nan_guard_reports_the_first_bad_step():
   loss = np.ones((3, 10))
   loss[2, 7] = np.nan

@@ -21,7 +21,6 @@ Then, at the largest N, the spike is put in the dominant principal subspace of a
     python -m theory.phase_sample_complexity --dims=12,16,24 --num_seeds=8   # the fast version
 """
 
-import json
 import os
 import sys
 
@@ -31,6 +30,7 @@ from absl import flags
 from mechjax import plotting
 from mechjax.studies import sample_complexity as sc
 from mechjax.train import flags as shared
+from mechjax.train import metrics as metrics_lib
 
 flags.DEFINE_list("dims", ["16", "24", "32", "48", "64"], "Input dimensions N of the grid.")
 flags.DEFINE_integer("num_seeds", 32, "Independent neurons (vmapped) per N.")
@@ -42,8 +42,9 @@ flags.DEFINE_float("high", 3.7, "PASS if the fitted exponent of n / log^2 N is <
 flags.DEFINE_list("speedup_alphas", ["1", "2"], "Power-law exponents for the speed-up at the largest N (empty: skip).")
 flags.DEFINE_float("max_factor", 20.0, "Give up on a seed after max_factor * N^3 * log^2 N samples.")
 flags.DEFINE_string("out", os.path.join("runs", "theory", "phase_sample_complexity"), "Folder for result.json and the figure.")
-flags.register_validator("dims", lambda v: len(v) >= 2 and all(s.isdigit() and int(s) >= 8 for s in v),
-                         message="must be a list of at least two integers >= 8, e.g. 16,32,64")
+flags.register_validator(
+    "dims", lambda v: len(v) >= 2 and all(s.isdigit() and int(s) >= 12 for s in v) and len({int(s) for s in v}) == len(v),
+    message="must be a list of at least two different integers >= 12, e.g. 16,32,64")
 flags.register_validator("speedup_alphas", lambda v: all(_is_float(s) and float(s) > 0 for s in v),
                          message="must be a comma-separated list of numbers > 0 (or empty)")
 shared.positive_int("num_seeds", minimum=3)
@@ -62,6 +63,10 @@ def _is_float(s):
     return np.isfinite(float(s))
   except ValueError:
     return False
+
+
+def _as_array(values):
+  return np.array([np.inf if v is None else v for v in values], float)
 
 
 def measure(dims, *, alpha=0.0, num_seeds, seed, beta, lr_scale, max_factor, log=print):
@@ -92,7 +97,7 @@ def main(argv):
   raw_exponent, _ = sc.fit_exponent(np.array(dims), medians, log_power=0.0)
   local = np.diff(np.log(medians / np.log(dims) ** 2)) / np.diff(np.log(dims))
   passed = FLAGS.low <= exponent <= FLAGS.high
-  boot = sc.bootstrap_exponent(np.array(dims), [np.array(r["samples"]) for r in rows], seed=FLAGS.seed)
+  boot = sc.bootstrap_exponent(np.array(dims), [_as_array(r["samples"]) for r in rows], seed=FLAGS.seed)
   print(f"exponent of n/log^2 N vs N: measured {exponent:.2f}, predicted 3, tolerance [{FLAGS.low}, {FLAGS.high}]")
   print(f"  bootstrap over seeds (Monte-Carlo error of the medians): 68% interval [{boot[0]:.2f}, {boot[1]:.2f}]")
   print(f"  (exponent of n itself: {raw_exponent:.2f}; local slopes of n/log^2 N: {np.round(local, 2).tolist()})")
@@ -114,12 +119,11 @@ def main(argv):
       np.array(dims, float), medians / np.log(dims) ** 2, exponent, prefactor,
       os.path.join(FLAGS.out, "exponent.png"), xlabel="N", ylabel="median samples / log² N",
       title=f"weak recovery, isotropic spiked cumulant: exponent {exponent:.2f}",
-      scatter=[(np.full(len(r["samples"]), r["N"], float), np.array(r["samples"]) / np.log(r["N"]) ** 2) for r in rows])
+      scatter=[(np.full(len(r["samples"]), r["N"], float), _as_array(r["samples"]) / np.log(r["N"]) ** 2) for r in rows])
   result = {"exponent": exponent, "raw_exponent": raw_exponent, "local_slopes": local.tolist(), "predicted": 3.0,
             "tolerance": [FLAGS.low, FLAGS.high], "passed": passed, "bootstrap_68": list(boot), "grid": rows, "speedups": speedups,
             "flags": shared.flag_values()}
-  with open(os.path.join(FLAGS.out, "result.json"), "w") as f:
-    json.dump(result, f, indent=2, default=float)
+  metrics_lib.write_json(os.path.join(FLAGS.out, "result.json"), result)  # non-finite values (unreached) become null
   print(f"wrote {FLAGS.out}/result.json and {os.path.basename(fig)}")
   print("PASS" if passed else "FAIL")
   sys.exit(0 if passed else 1)

@@ -38,14 +38,16 @@ NOISES = ("rademacher", "laplace")
 
 def check_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
   """Returns ``shape`` as a tuple of 1 or 2 ints ≥ 2, or raises a ValueError naming what is expected."""
+  what = "shape must be an int N or a tuple (N,) or (H, W) of ints >= 2"
   if isinstance(shape, (int, np.integer)):
     shape = (int(shape),)
-  try:
-    shape = tuple(int(s) for s in shape)
-  except (TypeError, ValueError):
-    raise ValueError(f"shape must be a tuple of 1 or 2 positive ints such as (32,) or (16, 16); got {shape!r}") from None
+  if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) and not isinstance(shape, np.ndarray):
+    raise ValueError(f"{what}; got {shape!r}")
+  if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in shape):
+    raise ValueError(f"{what}; got {shape!r}")
+  shape = tuple(int(s) for s in shape)
   if len(shape) not in (1, 2) or any(s < 2 for s in shape):
-    raise ValueError(f"shape must be (N,) or (H, W) with every size >= 2; got {shape!r}")
+    raise ValueError(f"{what}; got {shape!r}")
   return shape
 
 
@@ -90,10 +92,16 @@ def power_law_amplitudes(shape: int | Sequence[int], alpha: float | jax.Array) -
   dc = k == 0
   log_k = np.log(np.where(dc, 1.0, k))
   if not isinstance(alpha, jax.core.Tracer):  # Concrete: numpy, so jit folds it in as a constant.
-    if not np.all(np.isfinite(np.asarray(alpha))):
-      raise ValueError(f"alpha must be a finite number; got {alpha!r}")
-    power = np.where(dc, 0.0, np.exp(-float(alpha) * log_k))
-    return np.sqrt(power * (math.prod(shape) / power.sum())).astype(np.float32)
+    try:
+      alpha_f = float(alpha)
+    except (TypeError, ValueError):
+      raise ValueError(f"alpha must be a finite number; got {alpha!r}") from None
+    with np.errstate(all="ignore"):  # an infinite alpha is reported just below
+      power = np.where(dc, 0.0, np.exp(-alpha_f * log_k))
+      amplitudes = np.sqrt(power * (math.prod(shape) / power.sum())).astype(np.float32)
+    if not np.isfinite(alpha_f) or not np.all(np.isfinite(amplitudes)):
+      raise ValueError(f"alpha must be a finite number small enough in size for shape {shape}; got {alpha!r}")
+    return amplitudes
   power = jnp.where(dc, 0.0, jnp.exp(-jnp.asarray(alpha, jnp.float32) * log_k.astype(np.float32)))
   power = power * (math.prod(shape) / jnp.sum(power))
   return jnp.sqrt(power)
@@ -125,7 +133,7 @@ def colour(z: jax.Array, amplitudes: jax.Array) -> jax.Array:
   if not isinstance(amplitudes, jax.core.Tracer) and dim <= DENSE_COLOUR_MAX_DIM:
     m = jnp.asarray(colour_matrix(amplitudes))
     z_flat = z.reshape(*z.shape[: z.ndim - amplitudes.ndim], dim)
-    return (z_flat @ m).reshape(z.shape)
+    return jnp.matmul(z_flat, m, precision=jax.lax.Precision.HIGHEST).reshape(z.shape)
   return ifft_real(amplitudes * fft(z, amplitudes.ndim), amplitudes.ndim)
 
 
@@ -221,12 +229,22 @@ def make_spike(key: jax.Array, shape: int | Sequence[int], alpha: float | jax.Ar
   return u * jnp.sqrt(math.prod(shape) / jnp.sum(u**2))
 
 
+def _spike_direction(u: jax.Array) -> jax.Array:
+  """``v = P u / ‖P u‖`` with ``P`` the projection off the constant (DC) vector, which colouring removes."""
+  u = u - jnp.mean(u)
+  norm = jnp.sqrt(jnp.sum(u**2))
+  if not isinstance(norm, jax.core.Tracer) and not float(norm) > 1e-6 * math.sqrt(u.size):
+    raise ValueError("the spike u must have a non-zero part orthogonal to the constant vector (it cannot be 0 or "
+                     "constant); got a spike with no such part")
+  return u / norm
+
+
 def _white_spiked(key: jax.Array, num_samples: int, u: jax.Array, beta) -> jax.Array:
   """``S(√(β/D) ν u + z)``: the spiked-cumulant samples before colouring, with identity covariance."""
   if not isinstance(beta, jax.core.Tracer) and not beta >= 0:
     raise ValueError(f"strength (beta) must be >= 0 for the spiked cumulant; got {beta!r}")
   axes = _axes(u.ndim)
-  v = u / jnp.sqrt(jnp.sum(u**2))
+  v = _spike_direction(u)
   k_nu, k_z = jax.random.split(key)
   nu = jax.random.rademacher(k_nu, (num_samples,) + (1,) * u.ndim, jnp.float32)
   t = jax.random.normal(k_z, (num_samples, *u.shape), jnp.float32) + jnp.sqrt(beta) * nu * v
@@ -238,7 +256,8 @@ def sample_spiked(key: jax.Array, num_samples: int, *, u: jax.Array, alpha: floa
                   strength: float | jax.Array = 5.0) -> jax.Array:
   """Only the structured class of the spiked-cumulant task: ``x = C^{1/2} S (√(β/D) ν u + z)``.
 
-  See :func:`sample_phase_task` for the model; ``u`` (any norm) fixes the spike and the spatial shape.
+  See :func:`sample_phase_task` for the model; ``u`` fixes the spike and the spatial shape (it is projected
+  off the constant vector and normalised to ``‖u‖² = D``).
   Returns ``(num_samples, *u.shape)``.
   """
   shape = check_shape(u.shape)
@@ -283,8 +302,8 @@ def sample_phase_task(
   given, else :func:`make_spike` ``(spike_key, shape, alpha, spike)``; ``spike_key`` defaults to
   ``PRNGKey(0)``, so repeated calls share one spike (the "teacher").
 
-  ``signal="linear_process"`` — the translation-invariant linear process ``x = h ⊛ ξ`` with ``ĥ = A``,
-  i.e. ``x = C^{1/2} ξ``, with ``ξ = √s ξ_ng + √(1−s) g``: ``ξ_ng`` i.i.d. symmetric non-Gaussian with unit
+  ``signal="linear_process"`` — the translation-invariant linear process ``x = h ⊛ ξ`` (circular
+  convolution) with the filter whose unnormalised DFT is ``A``, i.e. ``x = C^{1/2} ξ``, with ``ξ = √s ξ_ng + √(1−s) g``: ``ξ_ng`` i.i.d. symmetric non-Gaussian with unit
   variance (``noise="rademacher"`` or ``"laplace"``), ``g ~ N(0, I)``, and ``s = strength ∈ [0, 1]``
   (default 1). Class 0 uses Gaussian ``ξ``.
 
@@ -295,9 +314,10 @@ def sample_phase_task(
     alpha: power-spectrum exponent (may be traced).
     signal: ``"spiked_cumulant"`` or ``"linear_process"``.
     strength: ``β ≥ 0`` for the spiked cumulant; ``s ∈ [0, 1]`` for the linear process.
-    spike: ``"principal"`` or ``"isotropic"`` (spiked cumulant only).
+    spike: ``"principal"`` or ``"isotropic"`` (spiked cumulant only; ignored when ``u`` is given).
     spike_key: key for the spike when ``u`` is None.
-    u: an explicit spike ``u_S`` (rescaled to ``‖u‖² = D``).
+    u: an explicit spike ``u_S``, projected off the constant vector (which the DC removal would delete)
+      and rescaled to ``‖u‖² = D``; a spike with no such part is refused.
     noise: ``"rademacher"`` or ``"laplace"`` (linear process only).
 
   Returns:

@@ -69,7 +69,20 @@ def conditions(cfg: Config) -> list[Condition]:
       out.append(Condition(f"amplitude_alpha{a0:g}_vs_{a1:g}", task, None))
     else:
       out.extend(Condition(f"{task}_alpha{a:g}", task, float(a)) for a in cfg.alphas)
+  names = [c.run for c in out]
+  if len(set(names)) != len(names):
+    dup = sorted({n for n in names if names.count(n) > 1})
+    raise ValueError(f"tasks and alphas must name distinct runs; {', '.join(dup)} would appear twice "
+                     "(repeated --tasks or --alpha values, or alphas equal to 6 significant digits)")
   return out
+
+
+SPIKE_STREAM = 2**31 - 1  # seed_keys uses fold_in(PRNGKey(seed), i) for i < num_seeds, far below this.
+
+
+def spike_key(seed: int) -> jax.Array:
+  """The key of the teacher spike: a stream of its own, not shared with any seed's training key."""
+  return jax.random.fold_in(jax.random.PRNGKey(seed), SPIKE_STREAM)
 
 
 def make_sampler(cfg: Config, cond: Condition):
@@ -82,7 +95,7 @@ def make_sampler(cfg: Config, cond: Condition):
     return lambda key, n: fourier.sample_phase_task(key, n, shape=shape, alpha=cond.alpha, signal="linear_process",
                                                     noise=cfg.noise)
   kind = cond.task.removeprefix("spiked_")
-  u = fourier.make_spike(jax.random.split(jax.random.PRNGKey(cfg.seed))[1], shape, cond.alpha, kind)
+  u = fourier.make_spike(spike_key(cfg.seed), shape, cond.alpha, kind)
   return lambda key, n: fourier.sample_phase_task(key, n, shape=shape, alpha=cond.alpha, signal="spiked_cumulant",
                                                   strength=cfg.beta, u=u)
 

@@ -91,8 +91,8 @@ def samples_to_weak_recovery(setup: RecoverySetup, *, num_seeds: int, max_sample
                              chunk_steps: int = 2000, quantile: float = 0.6) -> dict:
   """Runs ``num_seeds`` vmapped neurons until a ``quantile`` of them reach ``|m| ≥ threshold`` (or ``max_samples``).
 
-  Returns a dict with ``samples`` (per seed; ``inf`` where not reached), ``median``, the initial
-  overlaps ``m0`` and the setup. All seeds share one spike (drawn from ``seed``), with independent
+  Returns a dict with ``samples`` (per seed; ``inf`` where not reached within ``max_samples``, ``0`` for a
+  seed whose initial overlap is already above the threshold), ``median`` and the initial overlaps ``m0``. All seeds share one spike (drawn from ``seed``), with independent
   initial weights and data.
   """
   shape = fourier.check_shape(setup.shape)
@@ -107,6 +107,8 @@ def samples_to_weak_recovery(setup: RecoverySetup, *, num_seeds: int, max_sample
 
   state = jax.vmap(init)(loop.seed_keys(seed, num_seeds))
   m0 = np.asarray(jax.vmap(overlap)(state["w"]))
+  # A seed that starts above the threshold (possible at small N) has needed no samples at all.
+  state["hit"] = jnp.where(jnp.abs(m0) >= setup.threshold, 0, state["hit"]).astype(jnp.int32)
   run_chunk = jax.jit(jax.vmap(lambda s: loop.scan_steps(step, s, chunk_steps)[0]))
   max_steps = int(math.ceil(max_samples / setup.batch))
   steps = 0
@@ -118,6 +120,7 @@ def samples_to_weak_recovery(setup: RecoverySetup, *, num_seeds: int, max_sample
       break
   hit = np.asarray(state["hit"]).astype(float)
   samples = np.where(hit >= 0, hit * setup.batch, np.inf)
+  samples[samples > max_samples] = np.inf  # the last chunk may run past the budget: those hits do not count
   return {"samples": samples, "median": float(np.median(samples)), "m0": m0, "steps_run": steps,
           "final_overlap": np.asarray(jax.vmap(overlap)(state["w"]))}
 

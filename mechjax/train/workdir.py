@@ -63,6 +63,7 @@ def prepare(workdir: str, config: dict, overwrite: bool = False) -> Status:
                          "pass --overwrite to start afresh, or choose another --workdir")
     return Status.COMPLETE if os.path.exists(p["summary.json"]) else Status.RESUME
   if metrics_lib.is_writer():
+    os.makedirs(workdir, exist_ok=True)
+    metrics_lib.write_json(p["config.json"], config)  # first, so the folder is always recognisably a run
     os.makedirs(p["figures"], exist_ok=True)
-    metrics_lib.write_json(p["config.json"], config)
   return Status.NEW
