@@ -1,0 +1,161 @@
+"""Is a fitted rotation Haar-random, or privileged? Haar sampling, the Weyl density, calibrated tests.
+
+Null distributions here are Monte-Carlo samples of Haar rotations of the same dimension and in the same
+coset as the tested ``R`` (SO(d) if ``det R = +1``, the ``det = −1`` coset of O(d) otherwise), so every
+p-value is calibrated by construction: under the null, ``P(p ≤ a) ≤ a`` up to the resolution
+``1 / (num_null + 1)``.
+
+Two well-known statistics, ``‖R − I‖_F`` (≈ √(2d) under Haar, since ``E tr R = 0`` and ``Var tr R = 1``)
+and a Kolmogorov–Smirnov test of the eigen-angles, have no power against a *privileged* basis: a random
+signed permutation passes both. The signed-permutation distance ``min_P ‖R − P‖_F`` over signed
+permutation matrices ``P`` and the basis-alignment statistics (largest entry per row, kurtosis of the
+entries) detect it. The eigen-angle KS statistic is calibrated against its own Monte-Carlo null: Haar
+eigenvalues repel each other, so the i.i.d. KS formula gives p ≈ 1 for a single Haar matrix.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import optimize
+from scipy import stats
+
+
+def haar_orthogonal(key: jax.Array, d: int, special: bool = False, shape: tuple[int, ...] = ()) -> jax.Array:
+  """Haar-random ``(*shape, d, d)`` matrices in O(d), or in SO(d) with ``special`` (first column's sign flipped
+  where ``det = −1``, which maps the Haar measure on that coset onto the one on SO(d))."""
+  if int(d) < 1:
+    raise ValueError(f"d must be a positive integer; got {d}")
+  q = jax.random.orthogonal(key, int(d), shape)
+  if special:
+    sign = jnp.sign(jnp.linalg.det(q))
+    q = q.at[..., :, 0].multiply(sign[..., None])
+  return q
+
+
+def eigenangle_density(theta, d: int) -> np.ndarray:
+  """Weyl's one-point density of the eigen-angles ``θ ∈ [0, π]`` of a Haar matrix in SO(d), normalised to 1.
+
+  The non-trivial eigenvalues come in pairs ``e^{±iθ_j}``, ``j = 1..N``. With the orthonormal polynomials of
+  the Weyl weight, the one-point function (integrating to ``N``) is
+
+  * SO(2N):   ``[(2N − 1) + sin((2N − 1)θ) / sin θ] / (2π)``;
+  * SO(2N+1): ``[2N − sin(2Nθ) / sin θ] / (2π)`` (plus the fixed eigenvalue 1, not counted here).
+
+  Returned divided by ``N``, as a probability density of one angle drawn from the ``N``.
+  """
+  d = int(d)
+  if d < 2:
+    raise ValueError(f"d must be >= 2; got {d}")
+  theta = np.asarray(theta, np.float64)
+  n = d // 2
+  s = np.sin(theta)
+  small = np.abs(s) < 1e-12
+  s = np.where(small, 1.0, s)
+  if d % 2 == 0:
+    ratio = np.where(small, 2 * n - 1, np.sin((2 * n - 1) * theta) / s)
+    return ((2 * n - 1) + ratio) / (2 * np.pi * n)
+  ratio = np.where(small, np.where(np.cos(theta) < 0, -2.0 * n, 2.0 * n), np.sin(2 * n * theta) / s)
+  return (2 * n - ratio) / (2 * np.pi * n)
+
+
+def eigenangles(r: np.ndarray) -> np.ndarray:
+  """The ``N = ⌊d/2⌋`` angles in ``[0, π]`` of the conjugate pairs of eigenvalues of an orthogonal ``R``.
+
+  The eigenvalues forced by the determinant (1 for odd d in SO(d); ±1 in the ``det = −1`` coset) are
+  dropped: the angles are sorted and only one angle per conjugate pair is kept.
+  """
+  r = np.asarray(r, np.float64)
+  lam = np.linalg.eigvals(r)
+  angles = np.sort(np.abs(np.angle(lam)), axis=-1)
+  d = r.shape[-1]
+  if d % 2 == 1 or np.linalg.det(r) < 0:
+    # Remove the forced real eigenvalue(s): +1 (angle 0) for odd SO(d); for det = −1, a −1 (angle π) and, for
+    # even d, also a +1 (angle 0).
+    if np.linalg.det(r) > 0:
+      angles = angles[1:]
+    else:
+      angles = angles[:-1] if d % 2 == 1 else angles[1:-1]
+  return angles[::2]
+
+
+def signed_permutation_distance(r: np.ndarray) -> float:
+  """``min_P ‖R − P‖_F`` over signed permutation matrices: ``√(2d − 2 max_π Σ_i |R_{iπ(i)}|)`` (linear assignment)."""
+  a = np.abs(np.asarray(r, np.float64))
+  rows, cols = optimize.linear_sum_assignment(-a)
+  return float(np.sqrt(max(2 * a.shape[0] - 2 * a[rows, cols].sum(), 0.0)))
+
+
+def _statistics(r: np.ndarray, angle_cdf) -> dict[str, float]:
+  d = r.shape[0]
+  flat = r.ravel() * np.sqrt(d)
+  angles = eigenangles(r)
+  ks = stats.kstest(angles, angle_cdf).statistic if len(angles) else 0.0
+  return {
+      "frobenius_to_identity": float(np.linalg.norm(r - np.eye(d))),
+      "trace": float(np.trace(r)),
+      "signed_permutation_distance": signed_permutation_distance(r),
+      "max_abs_entry_per_row": float(np.mean(np.max(np.abs(r), axis=1))),
+      "entry_kurtosis": float(stats.kurtosis(flat)),
+      "eigenangle_ks": float(ks),
+  }
+
+
+# Which tail of the null counts as evidence against Haar.
+TAILS = {
+    "frobenius_to_identity": "two-sided",
+    "trace": "two-sided",
+    "signed_permutation_distance": "lower",
+    "max_abs_entry_per_row": "upper",
+    "entry_kurtosis": "upper",
+    "eigenangle_ks": "upper",
+}
+
+
+def _p_value(obs: float, null: np.ndarray, tail: str) -> float:
+  m = len(null)
+  upper = (1 + np.sum(null >= obs)) / (1 + m)
+  lower = (1 + np.sum(null <= obs)) / (1 + m)
+  if tail == "upper":
+    return float(upper)
+  if tail == "lower":
+    return float(lower)
+  return float(min(1.0, 2 * min(upper, lower)))
+
+
+def haar_test(r, key: jax.Array, num_null: int = 199) -> dict[str, dict[str, float]]:
+  """Tests whether the orthogonal matrix ``r`` looks like a Haar sample from its own coset.
+
+  Returns, per statistic, ``{"value", "null_mean", "null_sd", "p_value", "tail"}``. The null is
+  ``num_null`` Haar matrices of the same ``d`` and determinant; the eigen-angle reference CDF comes from an
+  independent pool of Haar eigen-angles. p-values are ``(1 + #{null at least as extreme}) / (1 + num_null)``.
+  """
+  r = np.asarray(r, np.float64)
+  if r.ndim != 2 or r.shape[0] != r.shape[1] or r.shape[0] < 2:
+    raise ValueError(f"r must be a square (d, d) matrix with d >= 2; got shape {r.shape}")
+  d = r.shape[0]
+  if not np.allclose(r @ r.T, np.eye(d), atol=1e-4 * np.sqrt(d)):
+    raise ValueError("r must be orthogonal (r @ r.T = I); fit it with orthogonal_procrustes first")
+  if int(num_null) < 19:
+    raise ValueError(f"num_null must be >= 19 for a p-value that can reach 0.05; got {num_null}")
+  negative = np.linalg.det(r) < 0
+  k_null, k_pool = jax.random.split(key)
+
+  def coset(k, n):
+    q = np.asarray(haar_orthogonal(k, d, special=True, shape=(n,)), np.float64)
+    if negative:
+      q[:, :, 0] *= -1
+    return q
+
+  pool = np.concatenate([eigenangles(q) for q in coset(k_pool, max(200, 4000 // max(d // 2, 1)))])
+  pool.sort()
+  angle_cdf = lambda x: np.searchsorted(pool, x, side="right") / len(pool)
+  observed = _statistics(r, angle_cdf)
+  null = [_statistics(q, angle_cdf) for q in coset(k_null, int(num_null))]
+  out = {}
+  for name, value in observed.items():
+    values = np.array([n[name] for n in null])
+    out[name] = {"value": value, "null_mean": float(values.mean()), "null_sd": float(values.std()),
+                 "p_value": _p_value(value, values, TAILS[name]), "tail": TAILS[name]}
+  return out
