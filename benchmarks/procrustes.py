@@ -12,7 +12,6 @@ noisy), best of --repeats after a warm-up:
 """
 
 import itertools
-import time
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +19,7 @@ import numpy as np
 import scipy.linalg
 from absl import flags
 
+from benchmarks.timing import best_time
 from mechjax.align.procrustes import procrustes_fit
 from mechjax.train import flags as shared
 
@@ -31,16 +31,6 @@ flags.DEFINE_integer("repeats", 3, "Timed repetitions; the best is kept.")
 for _name in ("n", "d", "models", "pairs_n", "repeats"):
   shared.positive_int(_name, minimum=2 if _name == "models" else 1)
 FLAGS = flags.FLAGS
-
-
-def best(fn, repeats):
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t)
-  return min(times)
 
 
 def main(argv):
@@ -57,9 +47,9 @@ def main(argv):
       a_np = rng.normal(size=(n, d)).astype(dtype)
       b_np = rng.normal(size=(n, d)).astype(dtype)
       a, b = jnp.asarray(a_np), jnp.asarray(b_np)
-      t_ours = best(lambda: fit(a, b), reps)
-      t_scipy = best(lambda: scipy.linalg.orthogonal_procrustes(a_np, b_np), reps)
-      t_bound = best(lambda: bound(a, b), reps)
+      t_ours = best_time(lambda: fit(a, b), reps)
+      t_scipy = best_time(lambda: scipy.linalg.orthogonal_procrustes(a_np, b_np), reps)
+      t_bound = best_time(lambda: bound(a, b), reps)
       name = np.dtype(dtype).name
       print(f"{'one fit vs scipy, ' + name:44s}{t_ours:12.3f}{t_scipy:11.3f}{t_scipy / t_ours:8.2f}x")
       print(f"{'one fit / bare matmul+SVD bound, ' + name:44s}{t_ours:12.3f}{t_bound:11.3f}{t_ours / t_bound:8.2f}")
@@ -70,8 +60,8 @@ def main(argv):
   acts = jnp.asarray(acts_np)
   ii, jj = map(np.array, zip(*itertools.combinations(range(k), 2)))
   all_pairs = jax.jit(lambda x: procrustes_fit(x[ii], x[jj]).R)
-  t_ours = best(lambda: all_pairs(acts), reps)
-  t_loop = best(lambda: [scipy.linalg.orthogonal_procrustes(acts_np[i], acts_np[j]) for i, j in zip(ii, jj)], reps)
+  t_ours = best_time(lambda: all_pairs(acts), reps)
+  t_loop = best_time(lambda: [scipy.linalg.orthogonal_procrustes(acts_np[i], acts_np[j]) for i, j in zip(ii, jj)], reps)
   print(f"{f'all {len(ii)} pairs of K={k} (n={m}), float32, vs scipy loop':44s}{t_ours:12.3f}{t_loop:11.3f}"
         f"{t_loop / t_ours:8.2f}x")
 

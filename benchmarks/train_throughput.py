@@ -11,7 +11,6 @@ compared with this machine's matmul peak, measured in the same run. FLOPs are th
 """
 
 import functools
-import time
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +18,7 @@ import numpy as np
 import optax
 from absl import flags
 
+from benchmarks.timing import best_time
 from mechjax.models.mlp import TwoLayer
 from mechjax.studies import fourier_phase as study
 from mechjax.train import flags as shared
@@ -33,16 +33,6 @@ flags.DEFINE_integer("repeats", 3, "Timed repetitions per side; the best is repo
 for _name in ("num_seeds", "steps", "dim", "width", "batch_size", "repeats"):
   shared.positive_int(_name)
 FLAGS = flags.FLAGS
-
-
-def best_time(fn, repeats):
-  jax.block_until_ready(fn())  # warm-up: compile and first run
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t)
-  return min(times)
 
 
 def matmul_peak(n=2048, repeats=5):
