@@ -62,6 +62,8 @@ def test_rank_deficiency_is_reported():
   with pytest.warns(RuntimeWarning, match="rank 5 < d = 8"):
     orthogonal_procrustes(a, b)
   assert int(procrustes_fit(a, b).rank) == 5
+  with pytest.warns(RuntimeWarning, match="rank 5 < d = 8"):  # float64 numpy input, float32 JAX arithmetic
+    orthogonal_procrustes(a.astype(np.float64), b.astype(np.float64))
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     orthogonal_procrustes(*_pair()[:2])  # full rank: silent

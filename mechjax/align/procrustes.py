@@ -64,9 +64,9 @@ def procrustes_fit(source: jax.Array, target: jax.Array, *, center: bool = False
     sv_used = sv
   r = u @ vt
   n, d = a.shape[-2], a.shape[-1]
-  tol = (max(n, d) * jnp.finfo(a.dtype).eps if rtol is None else rtol) * sv[..., :1]
+  tol = (max(n, d) * jnp.finfo(sv.dtype).eps if rtol is None else rtol) * sv[..., :1]
   rank = jnp.sum(sv > tol, axis=-1)
-  s = (jnp.sum(sv_used, axis=-1) / jnp.sum(a**2, axis=(-2, -1))) if scale else jnp.ones(sv.shape[:-1], a.dtype)
+  s = (jnp.sum(sv_used, axis=-1) / jnp.sum(a**2, axis=(-2, -1))) if scale else jnp.ones(sv.shape[:-1], sv.dtype)
   return ProcrustesFit(r, s, sv, rank)
 
 
