@@ -1,0 +1,101 @@
+"""A small decoder-only pre-norm transformer with its residual stream exposed at named sites.
+
+Block ``l``: ``resid_mid = resid_pre + Attn(RMSNorm(resid_pre))``, ``resid_post = resid_mid +
+MLP(RMSNorm(resid_mid))`` (the MLP is dropped with ``attn_only``). RMSNorm has a gain and no bias; no
+layer has biases; the MLP is ReLU; attention is causal with learned absolute positions. Several linear
+readout heads (for example token, depth and validity for Dyck) share a final RMSNorm.
+
+``model.apply(params, tokens, return_sites=True)`` also returns ``{"resid_pre_0", "resid_mid_0",
+"resid_post_0", …}``, each ``(B, T, d_model)``: the activations the alignment pillar compares across seeds.
+:func:`fold_rmsnorm_gains` moves every RMSNorm gain into the weights that read the normalised stream, which
+leaves the function unchanged and makes the residual basis the only free choice between models.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class RMSNorm(nn.Module):
+  eps: float = 1e-6
+
+  @nn.compact
+  def __call__(self, x):
+    gain = self.param("gain", nn.initializers.ones, (x.shape[-1],))
+    return x * jax.lax.rsqrt(jnp.mean(x**2, axis=-1, keepdims=True) + self.eps) * gain
+
+
+class Attention(nn.Module):
+  num_heads: int
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    b, t, d = x_BxTxD.shape
+    if d % self.num_heads:
+      raise ValueError(f"d_model={d} must be divisible by num_heads={self.num_heads}")
+    h = d // self.num_heads
+    dense = lambda name: nn.DenseGeneral((self.num_heads, h), use_bias=False, name=name)
+    q, k, v = dense("query")(x_BxTxD), dense("key")(x_BxTxD), dense("value")(x_BxTxD)
+    scores_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(h)
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    weights = jax.nn.softmax(jnp.where(causal, scores_BxHxTxT, -1e30), axis=-1)
+    z_BxTxHxd = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+    return nn.DenseGeneral(d, axis=(-2, -1), use_bias=False, name="out")(z_BxTxHxd)
+
+
+class Transformer(nn.Module):
+  vocab_size: int
+  heads: tuple[tuple[str, int], ...] = (("token", 8),)
+  d_model: int = 64
+  num_layers: int = 2
+  num_heads: int = 4
+  d_mlp: int = 256
+  max_len: int = 64
+  attn_only: bool = False
+
+  @nn.compact
+  def __call__(self, tokens_BxT, return_sites: bool = False):
+    if tokens_BxT.ndim != 2 or tokens_BxT.shape[1] > self.max_len:
+      raise ValueError(f"tokens must have shape (B, T) with T <= max_len={self.max_len}; got {tokens_BxT.shape}")
+    t = tokens_BxT.shape[1]
+    embed = nn.Embed(self.vocab_size, self.d_model, name="embed")
+    pos = self.param("pos_embed", nn.initializers.normal(0.02), (self.max_len, self.d_model))
+    x = embed(tokens_BxT) + pos[:t]
+    sites = {}
+    for layer in range(self.num_layers):
+      sites[f"resid_pre_{layer}"] = x
+      x = x + Attention(self.num_heads, name=f"attn_{layer}")(RMSNorm(name=f"norm_attn_{layer}")(x))
+      sites[f"resid_mid_{layer}"] = x
+      if not self.attn_only:
+        hidden = nn.relu(nn.Dense(self.d_mlp, use_bias=False, name=f"mlp_in_{layer}")(RMSNorm(name=f"norm_mlp_{layer}")(x)))
+        x = x + nn.Dense(self.d_model, use_bias=False, name=f"mlp_out_{layer}")(hidden)
+      sites[f"resid_post_{layer}"] = x
+    normed = RMSNorm(name="norm_final")(x)
+    outputs = {name: nn.Dense(size, use_bias=False, name=f"head_{name}")(normed) for name, size in self.heads}
+    return (outputs, sites) if return_sites else outputs
+
+
+def fold_rmsnorm_gains(params: dict, num_layers: int, attn_only: bool = False) -> dict:
+  """Returns params with every RMSNorm gain set to 1 and multiplied into the weights that read its output.
+
+  ``RMSNorm(x)·g @ W = RMSNorm(x) @ (diag(g) W)``, so the function is unchanged.
+  """
+  p = jax.tree.map(lambda a: a, params)  # a copy of the structure
+  inner = p["params"]
+
+  def fold(norm_name, readers):
+    gain = inner[norm_name]["gain"]
+    for reader in readers:
+      kernel = reader["kernel"]
+      reader["kernel"] = kernel * gain.reshape((-1,) + (1,) * (kernel.ndim - 1))
+    inner[norm_name] = {"gain": jnp.ones_like(gain)}
+
+  for layer in range(num_layers):
+    attn = inner[f"attn_{layer}"]
+    fold(f"norm_attn_{layer}", [attn["query"], attn["key"], attn["value"]])
+    if not attn_only:
+      fold(f"norm_mlp_{layer}", [inner[f"mlp_in_{layer}"]])
+  fold("norm_final", [v for k, v in inner.items() if k.startswith("head_")])
+  return p
