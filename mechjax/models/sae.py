@@ -1,0 +1,62 @@
+"""Sparse autoencoders for residual-stream activations: ReLU + L1, or TopK.
+
+``f = σ((x − b_dec) W_enc + b_enc)``, ``x̂ = f D + b_dec``, where the rows of ``D`` (one per latent) have
+unit norm *by construction*: the stored decoder ``W_dec`` is normalised row-wise in the forward pass, so
+no projection step is needed after an optimizer update and the L1 penalty cannot be dodged by shrinking
+codes and growing decoder rows. ``σ`` is ReLU, or, with ``top_k``, ReLU followed by keeping the ``k``
+largest latents per input (Makhzani & Frey 2013; Gao et al. 2024).
+
+:func:`sae_loss` is ``mean‖x − x̂‖² / d + l1 · mean‖f‖₁`` (``l1`` is ignored for TopK); it plugs into
+:class:`mechjax.train.loop.Problem` like any other loss.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class SAE(nn.Module):
+  num_latents: int
+  top_k: int | None = None
+
+  def setup(self):
+    if self.top_k is not None and not 0 < self.top_k <= self.num_latents:
+      raise ValueError(f"top_k must be in [1, num_latents={self.num_latents}]; got {self.top_k}")
+
+  @nn.compact
+  def __call__(self, x_NxD):
+    d = x_NxD.shape[-1]
+    w_enc = self.param("W_enc", nn.initializers.lecun_normal(), (d, self.num_latents))
+    b_enc = self.param("b_enc", nn.initializers.zeros, (self.num_latents,))
+    w_dec = self.param("W_dec", lambda key, shape: w_enc_init_transpose(key, shape), (self.num_latents, d))
+    b_dec = self.param("b_dec", nn.initializers.zeros, (d,))
+    f = nn.relu((x_NxD - b_dec) @ w_enc + b_enc)
+    if self.top_k is not None:
+      threshold = jax.lax.top_k(f, self.top_k)[0][..., -1:]
+      f = jnp.where(f >= threshold, f, 0.0)
+    x_hat = f @ unit_rows(w_dec) + b_dec
+    return x_hat, f
+
+
+def w_enc_init_transpose(key, shape):
+  return jax.random.normal(key, shape) / jnp.sqrt(shape[1])
+
+
+def unit_rows(w):
+  return w / jnp.maximum(jnp.linalg.norm(w, axis=-1, keepdims=True), 1e-8)
+
+
+def decoder(params) -> jax.Array:
+  """The effective decoder ``D`` (num_latents × d) with unit-norm rows."""
+  return unit_rows(params["params"]["W_dec"])
+
+
+def sae_loss(model: SAE, params, x_NxD, l1: float = 1e-3):
+  """``(loss, metrics)``: ``mean‖x − x̂‖²/d + l1·mean‖f‖₁`` and the reconstruction MSE, L0 and L1."""
+  x_hat, f = model.apply(params, x_NxD)
+  mse = jnp.mean((x_hat - x_NxD) ** 2)
+  l1_term = jnp.mean(jnp.sum(jnp.abs(f), axis=-1))
+  loss = mse + (0.0 if model.top_k is not None else l1 * l1_term)
+  return loss, {"mse": mse, "l0": jnp.mean(jnp.sum(f > 0, axis=-1)), "l1": l1_term}
