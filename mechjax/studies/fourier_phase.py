@@ -221,26 +221,17 @@ def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> lis
 
 
 def config_from_flags(values: dict) -> Config:
-  """Builds a Config from parsed flag values (strings for list flags)."""
-  return Config(
-      tasks=tuple(values["tasks"]),
-      alphas=tuple(float(a) for a in values["alpha"]),
-      shape=parse_shape(values["shape"]),
-      amplitude_alphas=tuple(float(a) for a in values["amplitude_alphas"]),
-      beta=values["beta"],
-      noise=values["noise"],
-      width=values["width"],
-      activation=values["activation"],
-      batch_size=values["batch_size"],
-      learning_rate=values["learning_rate"],
-      eval_samples=values["eval_samples"],
-      target_accuracy=values["target_accuracy"],
-      seed=values["seed"],
-      num_seeds=values["num_seeds"],
-      steps=values["steps"],
-      log_every=values["log_every"],
-      checkpoint_every=values["checkpoint_every"],
-  )
+  """Builds a Config from parsed flag values: same names, except ``--alpha`` (→ ``alphas``), and list or
+  text flags converted to tuples of numbers."""
+  convert = {
+      "tasks": tuple,
+      "alphas": lambda v: tuple(float(a) for a in v),
+      "shape": parse_shape,
+      "amplitude_alphas": lambda v: tuple(float(a) for a in v),
+  }
+  values = {**values, "alphas": values["alpha"]}
+  fields = [f.name for f in dataclasses.fields(Config)]
+  return Config(**{name: convert.get(name, lambda v: v)(values[name]) for name in fields})
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
