@@ -21,7 +21,7 @@ class Curve:
 
 
 def curves_figure(panels: list[tuple[str, list[Curve]]], path: str, *, ylabel: str, xlabel: str = "training samples",
-                  target: float | None = None, logx: bool = False) -> str:
+                  target: float | None = None) -> str:
   """One panel per ``(title, curves)``; mean over seeds with a ±1 sd band. Returns ``path``."""
   fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 3.8), squeeze=False, sharey=True)
   for ax, (title, curves) in zip(axes[0], panels):
@@ -33,8 +33,6 @@ def curves_figure(panels: list[tuple[str, list[Curve]]], path: str, *, ylabel: s
     if target is not None:
       ax.axhline(target, color="gray", ls=":", lw=1, label=f"target {target:g}")
     ax.axhline(0.5, color="black", lw=0.6, alpha=0.4)
-    if logx:
-      ax.set_xscale("log")
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3)

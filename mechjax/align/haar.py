@@ -70,10 +70,11 @@ def eigenangles(r: np.ndarray) -> np.ndarray:
   lam = np.linalg.eigvals(r)
   angles = np.sort(np.abs(np.angle(lam)), axis=-1)
   d = r.shape[-1]
-  if d % 2 == 1 or np.linalg.det(r) < 0:
+  negative = np.linalg.det(r) < 0
+  if d % 2 == 1 or negative:
     # Remove the forced real eigenvalue(s): +1 (angle 0) for odd SO(d); for det = −1, a −1 (angle π) and, for
     # even d, also a +1 (angle 0).
-    if np.linalg.det(r) > 0:
+    if not negative:
       angles = angles[1:]
     else:
       angles = angles[:-1] if d % 2 == 1 else angles[1:-1]

@@ -21,16 +21,14 @@ class SAE(nn.Module):
   num_latents: int
   top_k: int | None = None
 
-  def setup(self):
-    if self.top_k is not None and not 0 < self.top_k <= self.num_latents:
-      raise ValueError(f"top_k must be in [1, num_latents={self.num_latents}]; got {self.top_k}")
-
   @nn.compact
   def __call__(self, x_NxD):
+    if self.top_k is not None and not 0 < self.top_k <= self.num_latents:
+      raise ValueError(f"top_k must be in [1, num_latents={self.num_latents}]; got {self.top_k}")
     d = x_NxD.shape[-1]
     w_enc = self.param("W_enc", nn.initializers.lecun_normal(), (d, self.num_latents))
     b_enc = self.param("b_enc", nn.initializers.zeros, (self.num_latents,))
-    w_dec = self.param("W_dec", lambda key, shape: w_enc_init_transpose(key, shape), (self.num_latents, d))
+    w_dec = self.param("W_dec", _decoder_init, (self.num_latents, d))
     b_dec = self.param("b_dec", nn.initializers.zeros, (d,))
     f = nn.relu((x_NxD - b_dec) @ w_enc + b_enc)
     if self.top_k is not None:
@@ -40,7 +38,8 @@ class SAE(nn.Module):
     return x_hat, f
 
 
-def w_enc_init_transpose(key, shape):
+def _decoder_init(key, shape):
+  """Random decoder rows (their norm is irrelevant: the forward pass normalises them)."""
   return jax.random.normal(key, shape) / jnp.sqrt(shape[1])
 
 

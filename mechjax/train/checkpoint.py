@@ -17,7 +17,7 @@ import orbax.checkpoint as ocp
 class Checkpointer:
   """Saves and restores train states under ``directory`` (one sub-folder per step).
 
-  Saves are asynchronous; :meth:`wait` and :meth:`close` block until they are on disk and re-raise any
+  Saves are asynchronous; :meth:`close` blocks until they are on disk and re-raise any
   error of the background save. Orbax writes each step to a temporary folder and renames it when
   complete, so a process killed mid-save leaves the previous checkpoint intact.
   """
@@ -39,9 +39,6 @@ class Checkpointer:
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
     return self._manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-
-  def wait(self) -> None:
-    self._manager.wait_until_finished()
 
   def close(self) -> None:
     self._manager.wait_until_finished()

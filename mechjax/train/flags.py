@@ -27,9 +27,6 @@ from mechjax.train.workdir import WorkdirError
 
 FLAGS = flags.FLAGS
 
-SHARED_FLAGS = ("workdir", "seed", "num_seeds", "steps", "checkpoint_every", "log_every", "overwrite")
-
-
 def positive_int(name: str, minimum: int = 1) -> None:
   flags.register_validator(name, lambda v: v is not None and v >= minimum, message=f"must be an integer >= {minimum}")
 
