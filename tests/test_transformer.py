@@ -7,7 +7,8 @@ import optax
 import pytest
 
 from mechjax.data import dyck
-from mechjax.models.transformer import Transformer, fold_rmsnorm_gains
+from mechjax.align.haar import haar_orthogonal
+from mechjax.models.transformer import Transformer, fold_rmsnorm_gains, rotate_residual, site_names
 from mechjax.train import loop
 
 KEY = jax.random.PRNGKey(0)
@@ -58,3 +59,46 @@ def test_trains_on_dyck_depth_with_the_core(tmp_path):
                       workdir=tmp_path, log_every=100, checkpoint_every=300, progress=False)
   first, last = result.history[0], result.history[-1]
   assert min(last["train_depth_acc"]) > 0.9 > max(first["train_depth_acc"])
+
+
+def _random_gains(params):
+  return jax.tree_util.tree_map_with_path(
+      lambda path, a: a * (1 + 0.5 * jax.random.normal(jax.random.PRNGKey(len(str(path))), a.shape))
+      if "gain" in str(path) else a, params)
+
+
+@pytest.mark.parametrize("attn_only", [False, True])
+def test_rotating_the_residual_stream_is_an_exact_symmetry(attn_only):
+  model = Transformer(**SMALL, attn_only=attn_only)
+  tokens = dyck.sample_dyck(KEY, 4, length=16, max_depth=4)["tokens"]
+  params = _random_gains(model.init(KEY, tokens))
+  q = haar_orthogonal(jax.random.PRNGKey(3), SMALL["d_model"])
+  rotated = rotate_residual(params, q, num_layers=2, attn_only=attn_only)
+  out, sites = model.apply(params, tokens, return_sites=True)
+  out_r, sites_r = model.apply(rotated, tokens, return_sites=True)
+  for head in out:
+    np.testing.assert_allclose(out_r[head], out[head], atol=2e-4)
+  for name in sites:
+    np.testing.assert_allclose(sites_r[name], sites[name] @ q, atol=2e-4)
+  # Without folding the (non-uniform) gains first, rotating the weights would change the function.
+  naive = jax.tree.map(lambda a: a, rotated)
+  naive["params"]["norm_final"] = params["params"]["norm_final"]
+  assert float(jnp.max(jnp.abs(model.apply(naive, tokens)["token"] - out["token"]))) > 1e-2
+
+
+def test_steering_adds_the_vector_at_its_site_and_only_downstream():
+  model = Transformer(**SMALL)
+  tokens = dyck.sample_dyck(KEY, 3, length=16, max_depth=4)["tokens"]
+  params = model.init(KEY, tokens)
+  out, sites = model.apply(params, tokens, return_sites=True)
+  v = jax.random.normal(jax.random.PRNGKey(1), (SMALL["d_model"],))
+  out_s, sites_s = model.apply(params, tokens, return_sites=True, steer={"resid_mid_1": v})
+  order = site_names(2)
+  for name in order[:order.index("resid_mid_1")]:
+    np.testing.assert_array_equal(sites_s[name], sites[name])
+  np.testing.assert_allclose(sites_s["resid_mid_1"], sites["resid_mid_1"] + v, atol=1e-5)
+  assert float(jnp.max(jnp.abs(out_s["token"] - out["token"]))) > 1e-3
+  zero = model.apply(params, tokens, steer={"resid_post_1": jnp.zeros(SMALL["d_model"])})
+  np.testing.assert_array_equal(zero["token"], out["token"])
+  with pytest.raises(ValueError, match="cannot steer at"):
+    model.apply(params, tokens, steer={"resid_post_7": v})

@@ -7,6 +7,8 @@ readout heads (for example token, depth and validity for Dyck) share a final RMS
 
 ``model.apply(params, tokens, return_sites=True)`` also returns ``{"resid_pre_0", "resid_mid_0",
 "resid_post_0", …}``, each ``(B, T, d_model)``: the activations the alignment pillar compares across seeds.
+``steer={site: v}`` adds ``v`` (``(d_model,)`` or anything broadcastable to ``(B, T, d_model)``) to the
+stream at that site, and everything downstream (later sites included) sees the steered stream.
 :func:`fold_rmsnorm_gains` moves every RMSNorm gain into the weights that read the normalised stream, which
 leaves the function unchanged and makes the residual basis the only free choice between models.
 """
@@ -56,25 +58,46 @@ class Transformer(nn.Module):
   attn_only: bool = False
 
   @nn.compact
-  def __call__(self, tokens_BxT, return_sites: bool = False):
+  def __call__(self, tokens_BxT, return_sites: bool = False, steer: dict | None = None):
     if tokens_BxT.ndim != 2 or tokens_BxT.shape[1] > self.max_len:
       raise ValueError(f"tokens must have shape (B, T) with T <= max_len={self.max_len}; got {tokens_BxT.shape}")
+    steer = dict(steer or {})
+    unknown = sorted(set(steer) - set(site_names(self.num_layers)))
+    if unknown:
+      raise ValueError(f"cannot steer at {unknown}; sites are {site_names(self.num_layers)}")
     t = tokens_BxT.shape[1]
     embed = nn.Embed(self.vocab_size, self.d_model, name="embed")
     pos = self.param("pos_embed", nn.initializers.normal(0.02), (self.max_len, self.d_model))
-    x = embed(tokens_BxT) + pos[:t]
     sites = {}
+
+    def site(name, x):
+      if name in steer:
+        x = x + steer[name]
+      sites[name] = x
+      return x
+
+    x = site("resid_pre_0", embed(tokens_BxT) + pos[:t])
     for layer in range(self.num_layers):
-      sites[f"resid_pre_{layer}"] = x
+      if layer > 0:
+        x = site(f"resid_pre_{layer}", x)
       x = x + Attention(self.num_heads, name=f"attn_{layer}")(RMSNorm(name=f"norm_attn_{layer}")(x))
-      sites[f"resid_mid_{layer}"] = x
+      x = site(f"resid_mid_{layer}", x)
       if not self.attn_only:
         hidden = nn.relu(nn.Dense(self.d_mlp, use_bias=False, name=f"mlp_in_{layer}")(RMSNorm(name=f"norm_mlp_{layer}")(x)))
         x = x + nn.Dense(self.d_model, use_bias=False, name=f"mlp_out_{layer}")(hidden)
-      sites[f"resid_post_{layer}"] = x
+      x = site(f"resid_post_{layer}", x)
     normed = RMSNorm(name="norm_final")(x)
     outputs = {name: nn.Dense(size, use_bias=False, name=f"head_{name}")(normed) for name, size in self.heads}
     return (outputs, sites) if return_sites else outputs
+
+
+def site_names(num_layers: int) -> list[str]:
+  """Every residual site in the order the stream passes them. ``resid_pre_{l+1}`` is the same point of the
+  stream as ``resid_post_{l}`` (steering both adds both vectors there)."""
+  names = []
+  for layer in range(num_layers):
+    names += [f"resid_pre_{layer}", f"resid_mid_{layer}", f"resid_post_{layer}"]
+  return names
 
 
 def fold_rmsnorm_gains(params: dict, num_layers: int, attn_only: bool = False) -> dict:
@@ -98,4 +121,37 @@ def fold_rmsnorm_gains(params: dict, num_layers: int, attn_only: bool = False) -
     if not attn_only:
       fold(f"norm_mlp_{layer}", [inner[f"mlp_in_{layer}"]])
   fold("norm_final", [v for k, v in inner.items() if k.startswith("head_")])
+  return p
+
+
+def rotate_residual(params: dict, q: jax.Array, num_layers: int, attn_only: bool = False, scale: float = 1.0) -> dict:
+  """The same function with its residual stream expressed in another basis: every site becomes ``scale · x @ q``.
+
+  ``q`` must be orthogonal (``d_model × d_model``). RMSNorm commutes with rotations only when its gains are
+  uniform, so the gains are folded first (:func:`fold_rmsnorm_gains`). Then every weight that writes to
+  the stream (embeddings, attention output, MLP output) is multiplied by ``q`` on its output side and
+  every weight that reads it (query, key, value, MLP input, heads) by ``qᵀ`` on its input side. This is the
+  exact symmetry behind "polymorphism as rotation": two models related this way are indistinguishable by
+  their outputs, and their activations differ by exactly ``q``.
+
+  ``scale`` also multiplies the writers by ``scale``. Every reader sees the stream through an RMSNorm, so
+  this is a symmetry too, exact up to the norm's ``eps``: the residual stream of a pre-norm transformer
+  is determined only up to a rotation *and* a global scale.
+  """
+  p = fold_rmsnorm_gains(params, num_layers, attn_only)
+  inner = p["params"]
+  write = lambda w: scale * jnp.tensordot(w, q, axes=(w.ndim - 1, 0))  # scale · (..., d) @ q
+  read = lambda w: jnp.tensordot(q.T, w, axes=(1, 0))  # qᵀ @ (d, ...)
+  inner["embed"] = {"embedding": write(inner["embed"]["embedding"])}
+  inner["pos_embed"] = write(inner["pos_embed"])
+  for layer in range(num_layers):
+    attn = inner[f"attn_{layer}"]
+    for name in ("query", "key", "value"):
+      attn[name] = {"kernel": read(attn[name]["kernel"])}
+    attn["out"] = {"kernel": write(attn["out"]["kernel"])}
+    if not attn_only:
+      inner[f"mlp_in_{layer}"] = {"kernel": read(inner[f"mlp_in_{layer}"]["kernel"])}
+      inner[f"mlp_out_{layer}"] = {"kernel": write(inner[f"mlp_out_{layer}"]["kernel"])}
+  for name in [k for k in inner if k.startswith("head_")]:
+    inner[name] = {"kernel": read(inner[name]["kernel"])}
   return p
