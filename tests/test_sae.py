@@ -5,7 +5,7 @@ import optax
 import pytest
 
 from mechjax.align.transfer import explained_variance
-from mechjax.models.sae import SAE, decoder, sae_loss
+from mechjax.models.sae import SAE, decoder, kth_largest, sae_loss
 from mechjax.train import loop
 
 D, M, TRUE = 16, 32, 12
@@ -47,3 +47,12 @@ def test_decoder_rows_have_unit_norm_whatever_is_stored():
   np.testing.assert_allclose(jnp.linalg.norm(decoder(params), axis=1), 1.0, rtol=1e-6)
   with pytest.raises(ValueError, match="top_k must be"):
     SAE(4, top_k=5).init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+
+
+@pytest.mark.parametrize("k", [1, 3, 8, 40])
+def test_kth_largest_matches_lax_top_k_including_ties(k):
+  f = jax.nn.relu(jax.random.normal(jax.random.PRNGKey(0), (5, 64)))
+  f = f.at[0, :10].set(2.0)  # a run of ties at the top of row 0
+  expected = jax.lax.top_k(f, k)[0][..., -1:]
+  np.testing.assert_array_equal(kth_largest(f, k, iterative=True), expected)
+  np.testing.assert_array_equal(kth_largest(f, k), expected)

@@ -32,10 +32,30 @@ class SAE(nn.Module):
     b_dec = self.param("b_dec", nn.initializers.zeros, (d,))
     f = nn.relu((x_NxD - b_dec) @ w_enc + b_enc)
     if self.top_k is not None:
-      threshold = jax.lax.top_k(f, self.top_k)[0][..., -1:]
+      threshold = jax.lax.stop_gradient(kth_largest(f, self.top_k))
       f = jnp.where(f >= threshold, f, 0.0)
     x_hat = f @ unit_rows(w_dec) + b_dec
     return x_hat, f
+
+
+ITERATIVE_TOP_K = 32
+
+
+def kth_largest(f: jax.Array, k: int, iterative: bool | None = None) -> jax.Array:
+  """The ``k``-th largest entry of each row of ``f`` (shape ``(..., 1)``), ties counted like ``lax.top_k``.
+
+  ``iterative`` masks the row maximum ``k − 1`` times instead of calling ``lax.top_k``; the default uses it
+  for ``k <= ITERATIVE_TOP_K``. On CPU, XLA's ``top_k`` sorts every row: at ``k = 8`` the iterative
+  selection is several times faster (``python -m benchmarks.sae``).
+  """
+  if iterative is None:
+    iterative = k <= ITERATIVE_TOP_K
+  if not iterative:
+    return jax.lax.top_k(f, k)[0][..., -1:]
+  idx = jnp.arange(f.shape[-1])
+  for _ in range(k - 1):
+    f = jnp.where(idx == jnp.argmax(f, axis=-1, keepdims=True), -jnp.inf, f)
+  return jnp.max(f, axis=-1, keepdims=True)
 
 
 def _decoder_init(key, shape):
