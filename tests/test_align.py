@@ -137,3 +137,27 @@ def test_haar_test_refuses_non_orthogonal_input():
     H.haar_test(np.ones((4, 4)), jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match="square"):
     H.haar_test(np.ones((4, 3)), jax.random.PRNGKey(0))
+
+
+def _outlier_activations(n=256, d=16, seed=0):
+  """Activations with two basis-aligned outlier coordinates (a privileged basis)."""
+  y = np.random.default_rng(seed).normal(size=(n, d))
+  y[:, :2] *= 8.0
+  return y
+
+
+def test_privileged_basis_test_is_calibrated_on_randomly_rotated_activations():
+  # x = y Q with Q Haar: nothing singles out the axes, whatever y is, so p must be uniform.
+  y = _outlier_activations(d=8)
+  qs = np.asarray(H.haar_orthogonal(jax.random.PRNGKey(5), 8, shape=(120,)))
+  ps = [H.privileged_basis_test(y @ q, jax.random.PRNGKey(i), num_null=49)["p_value"] for i, q in enumerate(qs)]
+  assert stats.kstest(ps, "uniform").pvalue > 0.001, np.mean(ps)
+  assert np.mean(np.array(ps) <= 0.05) < 0.12
+
+
+def test_privileged_basis_test_detects_basis_aligned_outliers():
+  y = _outlier_activations()
+  res = H.privileged_basis_test(y, jax.random.PRNGKey(0), num_null=99)
+  assert res["p_value"] == pytest.approx(1 / 100) and res["value"] > res["null_mean"] + 5 * res["null_sd"]
+  with pytest.raises(ValueError, match="shape"):
+    H.privileged_basis_test(y[:, :3], jax.random.PRNGKey(0))
