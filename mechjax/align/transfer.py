@@ -28,10 +28,14 @@ def explained_variance(x: jax.Array, x_hat: jax.Array) -> jax.Array:
   return 1.0 - resid / total
 
 
-def transfer_reconstruct(reconstruct_src: Callable[[jax.Array], jax.Array], x_tgt: jax.Array, r: jax.Array) -> jax.Array:
-  """Reconstructs target activations with a source-model dictionary: rotate into the source frame
-  (``x_tgt @ Rᵀ``), encode and decode there, and rotate back (``@ R``)."""
-  return reconstruct_src(x_tgt @ r.T) @ r
+def transfer_reconstruct(reconstruct_src: Callable[[jax.Array], jax.Array], x_tgt: jax.Array, r: jax.Array,
+                         scale=1.0) -> jax.Array:
+  """Reconstructs target activations with a source-model dictionary: map into the source frame
+  (``x_tgt @ Rᵀ / s``), encode and decode there, and map back (``s · … @ R``).
+
+  ``scale`` is ``s`` of a similarity fit ``s · x_src @ R ≈ x_tgt`` (1 for a pure rotation).
+  """
+  return scale * reconstruct_src(x_tgt @ r.T / scale) @ r
 
 
 def rotate_vector(v_src: jax.Array, r: jax.Array) -> jax.Array:
