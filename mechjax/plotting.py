@@ -63,3 +63,51 @@ def loglog_fit_figure(x: np.ndarray, y: np.ndarray, fit_exponent: float, fit_pre
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return path
+
+
+def bars_figure(panels: list[tuple[str, list[str], dict[str, list[float]]]], path: str, *, ylabel: str,
+                hlines: tuple[float, ...] = (0.0,), points: bool = False) -> str:
+  """Grouped bars: one panel per ``(title, categories, {series label: one value per category})``.
+
+  With ``points``, each value may instead be a list (one point per repetition, e.g. per seed pair), drawn
+  as dots over a bar at their mean. ``None`` values are skipped. Returns ``path``.
+  """
+  fig, axes = plt.subplots(1, len(panels), figsize=(max(4.8, 1.1 * max(len(p[1]) for p in panels)) * len(panels), 3.8),
+                           squeeze=False, sharey=True)
+  for ax, (title, categories, series) in zip(axes[0], panels):
+    width = 0.8 / max(len(series), 1)
+    for s, (label, values) in enumerate(series.items()):
+      x = np.arange(len(categories)) + (s - (len(series) - 1) / 2) * width
+      groups = [np.atleast_1d(np.asarray([] if v is None else v, dtype=float)) for v in values]
+      means = [np.nanmean(g) if g.size else np.nan for g in groups]
+      ax.bar(x, means, width * 0.9, label=label, color=f"C{s}", alpha=0.5 if points else 0.85)
+      if points:
+        for xi, g in zip(x, groups):
+          ax.plot(np.full(g.shape, xi), g, ".", color=f"C{s}", ms=4)
+    for h in hlines:
+      ax.axhline(h, color="black", lw=0.7, ls=":" if h else "-", alpha=0.6)
+    ax.set_xticks(np.arange(len(categories)))
+    ax.set_xticklabels(categories, rotation=30, ha="right", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7, loc="best")
+  axes[0][0].set_ylabel(ylabel)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def matrices_figure(panels: list[tuple[str, np.ndarray]], path: str, *, vmax: float | None = None) -> str:
+  """Heatmaps of matrices side by side (diverging colours, shared scale). Returns ``path``."""
+  vmax = vmax or max(float(np.max(np.abs(m))) for _, m in panels)
+  fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.6), squeeze=False)
+  for ax, (title, m) in zip(axes[0], panels):
+    im = ax.imshow(m, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+  fig.colorbar(im, ax=list(axes[0]), shrink=0.8)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
