@@ -12,7 +12,6 @@ from mechjax.data import fourier
 from mechjax.models.mlp import ACTIVATIONS
 from mechjax.studies import fourier_phase as study
 from mechjax.train import flags as shared
-from mechjax.train import workdir as workdir_lib
 
 shared.define_shared_flags("fourier_phase", steps=30_000, num_seeds=4, log_every=500, checkpoint_every=10_000)
 flags.DEFINE_list("tasks", list(study.TASKS), f"Tasks to train: any of {', '.join(study.TASKS)}.")
@@ -55,13 +54,8 @@ def _shape_ok(text):
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise workdir_lib.WorkdirError(f"unexpected arguments {argv[1:]}; every setting is a --flag")
-  values = shared.flag_values()
-  status = workdir_lib.prepare(FLAGS.workdir, values, overwrite=FLAGS.overwrite)
-  if status is workdir_lib.Status.COMPLETE:
-    print(f"{FLAGS.workdir}: this run is complete (summary.json exists); nothing to do. "
-          "Pass --overwrite to start afresh.")
+  values = shared.start(argv)
+  if values is None:
     return
   summary = study.run(study.config_from_flags(values), FLAGS.workdir)
   print(f"wrote {FLAGS.workdir}/summary.json and figures: {', '.join(summary['figures'])}")

@@ -13,7 +13,6 @@ from absl import flags
 
 from mechjax.studies import polymorphism as study
 from mechjax.train import flags as shared
-from mechjax.train import workdir as workdir_lib
 
 shared.define_shared_flags("polymorphism", steps=1500, num_seeds=4, log_every=250, checkpoint_every=500)
 flags.DEFINE_list("optimizer", list(study.OPTIMIZERS), "Optimizers to train and compare: adam, sgd, or both.")
@@ -63,13 +62,8 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise workdir_lib.WorkdirError(f"unexpected arguments {argv[1:]}; every setting is a --flag")
-  values = shared.flag_values()
-  status = workdir_lib.prepare(FLAGS.workdir, values, overwrite=FLAGS.overwrite)
-  if status is workdir_lib.Status.COMPLETE:
-    print(f"{FLAGS.workdir}: this run is complete (summary.json exists); nothing to do. "
-          "Pass --overwrite to start afresh.")
+  values = shared.start(argv)
+  if values is None:
     return
   summary = study.run(study.config_from_flags(values), FLAGS.workdir)
   print(f"wrote {FLAGS.workdir}/summary.json, table.md and figures: {', '.join(summary['figures'])}")

@@ -23,6 +23,7 @@ from absl import flags
 from absl import logging
 
 from mechjax.train.loop import NonFiniteError
+from mechjax.train import workdir as workdir_lib
 from mechjax.train.workdir import WorkdirError
 
 FLAGS = flags.FLAGS
@@ -85,6 +86,21 @@ def _ours(module: str) -> bool:
   """Flags of this project, however the entry point was started (``python -m`` or a path)."""
   name = module.replace("/", ".").replace("\\", ".")
   return name == "__main__" or any(part in name for part in ("mechjax.", "experiments.", "theory.", "benchmarks."))
+
+
+def start(argv: list[str]) -> dict | None:
+  """The common start of an experiment's ``main``: refuse positional arguments, then prepare ``--workdir``.
+
+  Returns the flag values, or None (after saying so) when ``--workdir`` holds a finished run.
+  """
+  if len(argv) > 1:
+    raise WorkdirError(f"unexpected arguments {argv[1:]}; every setting is a --flag")
+  values = flag_values()
+  if workdir_lib.prepare(FLAGS.workdir, values, overwrite=FLAGS.overwrite) is workdir_lib.Status.COMPLETE:
+    print(f"{FLAGS.workdir}: this run is complete (summary.json exists); nothing to do. "
+          "Pass --overwrite to start afresh.")
+    return None
+  return values
 
 
 def _one_line(text: str) -> str:
