@@ -87,12 +87,14 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
   env = {**os.environ, "PYTHONPATH": ROOT}
   proc = subprocess.Popen([sys.executable, "-m", "experiments.fourier_phase", *args, f"--workdir={killed}"],
                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  # Kill between checkpoints: after the step-3000 metrics line, before the step-4000 checkpoint, so the
-  # rerun must both restore checkpoint 2000 and drop the line written after it.
-  metrics = killed / "metrics.jsonl"
+  # Kill between checkpoints: once a checkpoint is on disk (saves are asynchronous: orbax renames a
+  # finished step's folder to the bare step number) and a metrics line has been written after it, so the
+  # rerun must both restore that checkpoint and drop the line.
+  metrics, ckpts = killed / "metrics.jsonl", killed / "checkpoints" / RUN
   deadline = time.time() + 300
   while proc.poll() is None and time.time() < deadline:
-    if any(r["step"] >= 3000 for r in metrics_lib.read_jsonl(metrics)):
+    done = [int(p.name) for p in ckpts.iterdir() if p.name.isdigit()] if ckpts.exists() else []
+    if done and any(r["step"] > max(done) for r in metrics_lib.read_jsonl(metrics)):
       break
     time.sleep(0.005)
   proc.send_signal(signal.SIGKILL)
