@@ -169,11 +169,16 @@ def stream_key(seed: int, stream: int) -> jax.Array:
   return jax.random.fold_in(jax.random.PRNGKey(seed), stream)
 
 
-def collect_sites(cfg: Config, params_S, tokens_NxT: jax.Array) -> dict[str, jax.Array]:
-  """``{site: (S, N·T, d)}``: every seed's residual activations on the same tokens, positions flattened."""
+def collect_sites(cfg: Config, params_S, *token_batches: jax.Array) -> list[dict[str, jax.Array]]:
+  """For each ``tokens_NxT``, ``{site: (S, N·T, d)}``: every seed's residual activations on the same tokens,
+  positions flattened (one compiled program for all batches of one shape)."""
   model = model_of(cfg)
-  sites = jax.jit(jax.vmap(lambda p: model.apply(p, tokens_NxT, return_sites=True)[1]))(params_S)
-  return {s: sites[s].reshape(sites[s].shape[0], -1, cfg.d_model) for s in analysis_sites(cfg.num_layers)}
+  run = jax.jit(jax.vmap(lambda p, tokens: model.apply(p, tokens, return_sites=True)[1], in_axes=(0, None)))
+  out = []
+  for tokens in token_batches:
+    sites = run(params_S, tokens)
+    out.append({s: sites[s].reshape(sites[s].shape[0], -1, cfg.d_model) for s in analysis_sites(cfg.num_layers)})
+  return out
 
 
 def rms_scale(x_SxNxD: jax.Array) -> jax.Array:
@@ -268,8 +273,7 @@ def analyze(cfg: Config, params_S, progress: bool = True) -> tuple[dict, dict[st
   draw = jax.jit(functools.partial(sample, cfg), static_argnums=1)
   fit_batch = draw(stream_key(cfg.seed, FIT_STREAM), cfg.fit_sequences)
   eval_batch = draw(stream_key(cfg.seed, EVAL_STREAM), cfg.eval_sequences)
-  fit = collect_sites(cfg, params_S, fit_batch["tokens"])
-  held = collect_sites(cfg, params_S, eval_batch["tokens"])
+  fit, held = collect_sites(cfg, params_S, fit_batch["tokens"], eval_batch["tokens"])
   valid_fit = fit_batch["valid"].reshape(-1)
 
   # SAEs: one per (site, seed), on the fit activations scaled to unit RMS entry.
