@@ -45,7 +45,9 @@ def test_same_key_same_result_bit_for_bit_and_another_key_differs():
   data, w_star = _regression()
   run = lambda seed: llc_lib.estimate_llc(_loss, w_star, data, key=jax.random.PRNGKey(seed), num_chains=2,
                                           num_draws=50, **SETTINGS)
+  misses = sgld._program.cache_info().misses
   a, b, c = run(3), run(3), run(4)
+  assert sgld._program.cache_info().misses <= misses + 1  # one program for the three calls
   np.testing.assert_array_equal(a.loss_trace, b.loss_trace)
   assert a.llc_mean == b.llc_mean
   assert not np.array_equal(a.loss_trace, c.loss_trace)

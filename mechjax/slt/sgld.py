@@ -23,6 +23,7 @@ Randomness is a function of the key only: chain ``c`` uses ``fold_in(key, c)`` a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable
 
@@ -145,5 +146,16 @@ def sample_chains(loss_fn, params_star, data, key: jax.Array, num_chains: int, n
   if settings.batch_size > n:
     raise ValueError(f"batch_size={settings.batch_size} exceeds the {n} samples in data")
   keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
-  run = jax.jit(jax.vmap(lambda k: sample_chain(loss_fn, params_star, data, k, num_steps, settings, param_mask)))
-  return run(keys)
+  return _program(loss_fn, num_steps, settings, param_mask is not None)(params_star, data, keys, param_mask)
+
+
+@functools.lru_cache(maxsize=64)
+def _program(loss_fn, num_steps: int, settings: SGLDSettings, masked: bool):
+  """One compiled program per (loss, length, settings): repeated calls (another key, another w*, other data
+  of the same shapes) reuse it instead of tracing and compiling again."""
+
+  def run(params_star, data, keys, param_mask):
+    chain = lambda k: sample_chain(loss_fn, params_star, data, k, num_steps, settings, param_mask if masked else None)
+    return jax.vmap(chain)(keys)
+
+  return jax.jit(run)
