@@ -67,3 +67,25 @@ def test_regular_and_normal_crossing():
 def test_bad_input_is_refused_with_a_clear_message(call, match):
   with pytest.raises(ValueError, match=match):
     call()
+
+
+def test_crossing_expectation_approaches_lambda_from_below():
+  for p in (1, 2, 3):
+    lam = float(cf.normal_crossing((1, p))[0])
+    values = [cf.crossing_expectation(p, t, scale=2.0) for t in (1e3, 1e5, 1e7, 1e9)]
+    assert all(a < b for a, b in zip(values, values[1:])), (p, values)  # increasing in nβ
+    assert all(v < lam for v in values) and values[-1] > 0.9 * lam, (p, values)
+
+
+def test_crossing_expectation_matches_direct_two_dimensional_integration():
+  import numpy as np
+
+  p, t, gamma, scale = 2, 500.0, 1.0, 2.0
+  w = np.linspace(-6.0, 6.0, 3001)  # spacing 0.004, against a narrowest w1-width of ~0.02 at |w2| ~ 1
+  w1, w2 = np.meshgrid(w, w, indexing="ij")
+  tk = t * scale * w1**2 * w2 ** (2 * p)
+  dens = np.exp(-tk - gamma * (w1**2 + w2**2) / 2)
+  direct = float(np.sum(tk * dens) / np.sum(dens))
+  assert cf.crossing_expectation(p, t, gamma, scale) == pytest.approx(direct, rel=2e-3)
+  with pytest.raises(ValueError, match="must be > 0"):
+    cf.crossing_expectation(2, 0.0)

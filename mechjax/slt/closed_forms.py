@@ -110,3 +110,34 @@ def _count(name: str, value, minimum: int) -> int:
   if not ok:
     raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
   return int(value)
+
+
+def crossing_expectation(p: int, nbeta: float, localization: float = 1.0, scale: float = 1.0) -> float:
+  """What an exact sampler's LLC estimate converges to at finite ``nβ`` for ``K(w) = scale · w1² · w2^{2p}``.
+
+  This is the model ``f = x·w1·w2^p`` under the loss ``½(y − f)²`` with noiseless targets
+  (``scale = E[x²]/2``), sampled at ``w* = 0`` from ``exp(−nβ·K(w) − (γ/2)‖w‖²)``:
+
+      E[nβ·K] → λ = min(1/2, 1/(2p))   as nβ → ∞,
+
+  but at finite ``nβ`` it is smaller, by ``(m − 1)/ln nβ`` to leading order when ``m = 2`` (``p = 1``) and by a
+  power of ``nβ`` otherwise. Comparing an estimate with this value separates the sampler's error from the
+  finite-``nβ`` one. ``w1`` integrates out in closed form (for fixed ``w2`` the density is Gaussian in
+  ``w1``), leaving a 1-D integral over ``w2`` done by adaptive quadrature.
+  """
+  import numpy as np  # local: the closed forms above need nothing but fractions
+  from scipy import integrate
+
+  p = _count("p", p, minimum=1)
+  if not (nbeta > 0 and localization > 0 and scale > 0):
+    raise ValueError(f"nbeta, localization and scale must be > 0; got {nbeta}, {localization}, {scale}")
+  c = localization / 2
+
+  def a(w2):  # nβ·K = a(w2)·w1²
+    return nbeta * scale * w2 ** (2 * p)
+
+  weight = lambda w2: (a(w2) + c) ** -0.5 * np.exp(-c * w2 * w2)  # ∫ exp(−(a + c) w1²) dw1 ∝ (a + c)^{-1/2}
+  mean_k = lambda w2: a(w2) / (2 * (a(w2) + c))  # E[a·w1²] under that Gaussian
+  num = integrate.quad(lambda w: mean_k(w) * weight(w), 0, np.inf, limit=500)[0]
+  den = integrate.quad(weight, 0, np.inf, limit=500)[0]
+  return float(num / den)
