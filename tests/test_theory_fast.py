@@ -1,7 +1,9 @@
-"""Fast version of theory/phase_sample_complexity.py: small N, few seeds, loose tolerance."""
+"""Fast versions of the theory checks: theory/phase_sample_complexity.py (small N, few seeds, loose tolerance)
+and theory/llc_closed_forms.py (its regular and w1·w2² cases, fewer chains or draws)."""
 
 import numpy as np
 
+from mechjax.slt import toy_models
 from mechjax.studies import sample_complexity as sc
 
 DIMS = (12, 16, 24)
@@ -36,3 +38,15 @@ def test_fit_exponent_recovers_a_known_power_law():
   dims = np.array([16.0, 32.0, 64.0])
   slope, pref = sc.fit_exponent(dims, 7.0 * dims**3 * np.log(dims) ** 2)
   np.testing.assert_allclose([slope, pref], [3.0, 7.0], rtol=1e-6)
+
+
+def test_llc_of_a_regular_model_is_half_its_dimension():
+  r = toy_models.estimate(toy_models.CASES[0], num_chains=4, num_draws=4000)
+  # The full check uses 8 x 10k draws and 5%; 4 x 4k draws have about twice its Monte-Carlo error (~2%).
+  assert abs(r["relative_error"]) <= 0.07, r
+
+
+def test_llc_of_the_w1_w2_squared_crossing():
+  r = toy_models.estimate(toy_models.CASES[1])  # the full check's own settings (~7 s)
+  # The theory tolerance is 20% against lambda = 1/4; the exact finite-nbeta value (0.238) bounds it from above.
+  assert abs(r["relative_error"]) <= 0.20 and r["llc_mean"] < r["finite_nbeta_target"] * 1.05, r
