@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mechjax.slt import sgld
+from mechjax.train import loop
 
 FULL_INIT_LOSS_MAX = 65_536
 INIT_LOSS_BATCHES = 64
@@ -87,12 +88,11 @@ def estimate_llc(loss_fn: Callable[[Any, Any], jax.Array], params, data, *, key:
   traces = jax.device_get(sgld.sample_chains(loss_fn, params, data, key, num_chains, num_burnin + num_draws, settings,
                                              param_mask))
   loss_all = np.asarray(traces["loss"], np.float64)
-  bad = ~np.isfinite(loss_all)
-  if bad.any():
-    chains, steps = np.nonzero(bad)
-    i = np.argmin(steps)
+  first = loop.first_nonfinite(loss_all)
+  if first is not None:
+    chain, step = first
     raise ChainDivergedError(
-        f"chain {chains[i]} became non-finite at step {steps[i]} (draw {steps[i] - num_burnin} after "
+        f"chain {chain} became non-finite at step {step} (draw {step - num_burnin} after "
         f"{num_burnin} burn-in steps) with step_size={step_size:g}; try a smaller step_size or a larger localization")
   l0 = init_loss(loss_fn, params, data, key, batch_size)
   keep = lambda name: np.asarray(traces[name], np.float64)[:, num_burnin:]

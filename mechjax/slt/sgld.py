@@ -91,13 +91,13 @@ def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Param
   eps = s.step_size
 
   def potential_and_grad(w, batch):
-    def u(w):
-      loss = loss_fn(w, batch)
-      diff = jax.tree.map(lambda a, b: a - b, w, params_star)
-      return s.nbeta * loss + 0.5 * s.localization * _tree_dot(diff, diff), loss
-
-    (value, loss), grad = jax.value_and_grad(u, has_aux=True)(w)
-    return value, loss, jax.tree.map(lambda g, m: g * m, grad, mask)
+    """``U = nβ·L_B + (γ/2)‖w − w*‖²``, ``L_B``, and the masked gradients of ``U`` and of ``L_B``."""
+    loss, loss_grad = jax.value_and_grad(loss_fn)(w, batch)
+    diff = jax.tree.map(lambda a, b: a - b, w, params_star)
+    value = s.nbeta * loss + 0.5 * s.localization * _tree_dot(diff, diff)
+    loss_grad = jax.tree.map(lambda g, m: g * m, loss_grad, mask)
+    grad_u = jax.tree.map(lambda g, d, m: s.nbeta * g + s.localization * d * m, loss_grad, diff, mask)
+    return value, loss, grad_u, loss_grad
 
   def log_q(w_to, w_from, grad_from, precond):
     # log N(w_to; w_from − (ε/2) G ∇U(w_from), ε G), up to a constant that cancels in the ratio.
@@ -110,8 +110,7 @@ def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Param
     k_batch, k_noise = jax.random.split(jax.random.fold_in(key, t))
     idx = jax.random.randint(k_batch, (s.batch_size,), 0, n)
     batch = jax.tree.map(lambda a: a[idx], data)
-    u_w, loss, grad_u = potential_and_grad(w, batch)
-    loss_grad = jax.tree.map(lambda g, w_, w0: (g - s.localization * (w_ - w0)) / s.nbeta, grad_u, w, params_star)
+    u_w, loss, grad_u, loss_grad = potential_and_grad(w, batch)
     if s.rmsprop is None:
       precond = jax.tree.map(jnp.ones_like, w)
     else:
@@ -122,12 +121,12 @@ def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Param
     noise = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(noise_keys, leaves)])
     noise = jax.tree.map(lambda z, p, m: jnp.sqrt(eps * p) * z * m, noise, precond, mask)
     w_new = jax.tree.map(lambda w_, p, g, z: w_ - 0.5 * eps * p * g + z, w, precond, grad_u, noise)
-    drift = jax.tree.map(lambda p, g, m: 0.5 * eps * p * s.nbeta * g * m, precond, loss_grad, mask)
+    drift = jax.tree.map(lambda p, g: 0.5 * eps * p * s.nbeta * g, precond, loss_grad)
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
     out = {"loss": loss, "loss_at_star": loss_fn(params_star, batch), "distance": jnp.sqrt(_tree_dot(diff, diff)),
            "drift_norm": jnp.sqrt(_tree_dot(drift, drift)), "noise_norm": jnp.sqrt(_tree_dot(noise, noise))}
     if s.mala:
-      u_new, _, grad_new = potential_and_grad(w_new, batch)
+      u_new, _, grad_new, _ = potential_and_grad(w_new, batch)
       log_ratio = u_w - u_new + log_q(w, w_new, grad_new, precond) - log_q(w_new, w, grad_u, precond)
       out["acceptance"] = jnp.minimum(1.0, jnp.exp(jnp.minimum(log_ratio, 0.0)))
     return (w_new, v), out

@@ -201,14 +201,23 @@ def train(
   return TrainResult(state, writer.history(), resumed_from)
 
 
+def first_nonfinite(values_SxT: np.ndarray) -> tuple[int, int] | None:
+  """``(row, column)`` of the earliest (smallest column) non-finite entry of a per-seed or per-chain trace."""
+  bad = ~np.isfinite(values_SxT)
+  if not bad.any():
+    return None
+  rows, cols = np.nonzero(bad)
+  i = np.argmin(cols)
+  return int(rows[i]), int(cols[i])
+
+
 def _check_finite(loss_SxT: np.ndarray, params_finite_S: np.ndarray, *, first_step: int, run: str, last_good: int | None):
   kept = f"last good checkpoint: step {last_good}" if last_good is not None else "no checkpoint was saved"
-  bad = ~np.isfinite(loss_SxT)
-  if bad.any():
-    seeds, offsets = np.nonzero(bad)
-    i = np.argmin(offsets)
+  first = first_nonfinite(loss_SxT)
+  if first is not None:
+    seed, offset = first
     raise NonFiniteError(
-        f"non-finite loss at step {first_step + offsets[i]} (seed {seeds[i]}) in run '{run}'; "
+        f"non-finite loss at step {first_step + offset} (seed {seed}) in run '{run}'; "
         f"training stopped, {kept}")
   if not np.all(params_finite_S):
     seed = int(np.argmin(params_finite_S))
