@@ -22,13 +22,17 @@ class Checkpointer:
   complete, so a process killed mid-save leaves the previous checkpoint intact.
   """
 
-  def __init__(self, directory: str | os.PathLike, max_to_keep: int = 2):
+  def __init__(self, directory: str | os.PathLike, max_to_keep: int | None = 2):
     self.directory = os.path.abspath(os.fspath(directory))
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    """Every committed step, ascending."""
+    return sorted(self._manager.all_steps())
 
   def save(self, step: int, state: Any) -> None:
     self._manager.save(int(step), args=ocp.args.StandardSave(state))

@@ -153,13 +153,15 @@ def train(
     checkpoint_every: int = 1000,
     progress: bool = True,
     summarize: Callable[[dict], str] | None = None,
+    keep_checkpoints: int | None = 2,
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
   Resumes from ``workdir/checkpoints/<run>`` if it holds a checkpoint (a finished run returns at once).
   Every chunk end writes a line of per-seed metrics to ``workdir/metrics.jsonl``: the chunk means of the
   per-step metrics, prefixed ``train_``, and the ``evaluate`` metrics. Checkpoints are saved at multiples
-  of ``checkpoint_every`` and at ``steps``.
+  of ``checkpoint_every`` and at ``steps``; the latest ``keep_checkpoints`` are kept (all of them with None,
+  for studies that analyse every checkpoint afterwards).
 
   Raises:
     NonFiniteError: a loss or a parameter became non-finite. Nothing from the bad chunk is written, and
@@ -170,7 +172,7 @@ def train(
   init_fn = jax.jit(jax.vmap(functools.partial(init_state, problem, optimizer)))
   abstract_state = jax.eval_shape(init_fn, keys)
 
-  with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", run)) as checkpointer:
+  with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints) as checkpointer:
     start = checkpointer.latest_step()
     if start is not None:
       state = checkpointer.restore(abstract_state, start)
