@@ -121,3 +121,11 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
       np.testing.assert_allclose(ra[k], rb[k], atol=1e-6)
   sa, sb = json.load(open(straight / "summary.json")), json.load(open(killed / "summary.json"))
   assert sa["conditions"] == sb["conditions"]
+
+
+def test_devinterp_benchmark_names_its_extra_requirements_when_they_are_missing(run_cli):
+  import importlib.util
+  if importlib.util.find_spec("devinterp") is not None:
+    pytest.skip("devinterp is installed: the benchmark would run in full")
+  done = run_cli("benchmarks.llc_vs_devinterp", timeout=120)
+  assert done.returncode != 0 and "benchmarks/requirements.txt" in done.stderr

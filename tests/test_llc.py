@@ -1,6 +1,10 @@
 """SGLD and the LLC estimator: determinism, a regular model's λ = d/2, masks, diagnostics, bad input."""
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +13,7 @@ import pytest
 
 from mechjax.slt import llc as llc_lib
 from mechjax.slt import sgld
+from tests.conftest import ROOT
 
 D, N = 4, 20_000
 
@@ -103,3 +108,32 @@ def test_default_nbeta_and_init_loss_over_seeded_batches():
   full = llc_lib.init_loss(_loss, w_star, data, jax.random.PRNGKey(0), 500)
   assert full == pytest.approx(float(_loss(w_star, data)), rel=1e-6)
 
+
+
+_SHARDED = """
+import json, sys
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import numpy as np
+from tests import test_llc as t
+from mechjax.slt import sgld
+data, w_star = t._regression()
+settings = sgld.SGLDSettings(**t.SETTINGS)
+out = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), 4, 30, settings)
+again = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), 4, 30, settings)
+print(json.dumps({"devices": len(out["loss"].sharding.device_set), "loss": np.asarray(out["loss"]).tolist(),
+                  "same": bool(np.array_equal(out["loss"], again["loss"]))}))
+"""
+
+
+def test_chains_are_sharded_over_devices_and_agree_with_one_device():
+  done = subprocess.run([sys.executable, "-c", _SHARDED], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "PYTHONPATH": ROOT})
+  assert done.returncode == 0, done.stderr[-2000:]
+  sharded = json.loads(done.stdout.strip().splitlines()[-1])
+  assert sharded["devices"] == 2 and sharded["same"]
+  data, w_star = _regression()
+  single = sgld.sample_chains(_loss, w_star, data, jax.random.PRNGKey(5), 4, 30, sgld.SGLDSettings(**SETTINGS))
+  assert len(single["loss"].sharding.device_set) == 1
+  # Same key, same chains: only the rounding of the partitioned program differs.
+  np.testing.assert_allclose(np.asarray(sharded["loss"]), np.asarray(single["loss"]), rtol=1e-5)
