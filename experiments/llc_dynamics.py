@@ -33,17 +33,20 @@ flags.register_validator("widths", lambda v: len(v) >= 3 and all(w.isdigit() and
 shared.float_list("singular_values", minimum=1e-12)
 shared.float_list("localization", minimum=0.0)
 flags.register_validator("localization", lambda v: len({float(g) for g in v}) == len(v), message="must not repeat a value")
-shared.positive_float("noise", allow_zero=True)
-shared.positive_float("init_scale")
-shared.positive_float("learning_rate")
-shared.positive_float("llc_step_size")
-shared.positive_float("nbeta", allow_zero=True)
-shared.positive_int("n", minimum=2)
-shared.positive_int("batch_size")
-shared.positive_int("llc_chains")
-shared.positive_int("llc_draws")
-shared.positive_int("llc_burnin", minimum=0)
-shared.positive_int("llc_batch_size")
+for _name in ("noise", "nbeta"):
+  shared.positive_float(_name, allow_zero=True)
+for _name in ("init_scale", "learning_rate", "llc_step_size"):
+  shared.positive_float(_name)
+for _name, _minimum in (("n", 2), ("batch_size", 1), ("llc_chains", 1), ("llc_draws", 1), ("llc_burnin", 0),
+                        ("llc_batch_size", 1)):
+  shared.positive_int(_name, minimum=_minimum)
+flags.register_multi_flags_validator(
+    ["widths", "singular_values"],
+    lambda f: not all(w.isdigit() for w in f["widths"]) or len(f["singular_values"]) <= min(int(w) for w in f["widths"]),
+    message="the teacher's rank (the number of --singular_values) must not exceed the narrowest of --widths")
+flags.register_multi_flags_validator(
+    ["n", "batch_size", "llc_batch_size"], lambda f: max(f["batch_size"], f["llc_batch_size"]) <= f["n"],
+    message="--batch_size and --llc_batch_size must not exceed --n")
 FLAGS = flags.FLAGS
 
 

@@ -61,3 +61,6 @@ def test_experiment_writes_summary_and_figure(tmp_path, run_cli):
   assert "final LLC" in done.stdout
   bad = run_cli("experiments.llc_dynamics", f"--workdir={tmp_path / 'bad'}", "--widths=3,0,3")
   assert bad.returncode == 2 and "widths" in bad.stderr
+  too_deep = run_cli("experiments.llc_dynamics", f"--workdir={tmp_path / 'bad'}", "--widths=3,2,3",
+                     "--singular_values=2,1,1")
+  assert too_deep.returncode == 2 and "narrowest" in too_deep.stderr and not (tmp_path / "bad").exists()
