@@ -117,7 +117,7 @@ def mechjax_flops(inputs: dict, chains: int, draws: int, mala: bool) -> float:
   data = {"input_ids": jnp.asarray(inputs["input_ids"])}
   keys = jax.vmap(lambda c: jax.random.fold_in(jax.random.PRNGKey(0), c))(jnp.arange(chains))
   program = sgld._program(jax_loss, 2, sgld.SGLDSettings(mala=mala, **SETTINGS), False)
-  cost = program.lower(params, data, keys, None).compile().cost_analysis()
+  cost = program.lower(params, data, keys, None, None).compile().cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return float(cost["flops"]) * draws
 

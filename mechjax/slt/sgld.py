@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mechjax.slt import susceptibility
+
 Params = Any
 
 
@@ -76,8 +78,17 @@ def _tree_dot(a, b):
 
 
 def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Params, data: Any, key: jax.Array,
-                 num_steps: int, settings: SGLDSettings, param_mask: Params | None = None):
+                 num_steps: int, settings: SGLDSettings, param_mask: Params | None = None,
+                 observe: Callable[[Params, Any], tuple[jax.Array, jax.Array]] | None = None, observe_data: Any = None,
+                 stream_from: int | None = None):
   """Runs one chain from ``w*`` for ``num_steps`` steps; returns per-step traces (each ``(num_steps,)``).
+
+  With ``observe``, ``observe(w, observe_data) -> (phi_K, dloss_M)`` is evaluated at every draw ``w``
+  (before the step, like ``loss``): K observables and M loss changes, the inputs of
+  :mod:`mechjax.slt.susceptibility`. With ``stream_from=None`` they are returned as traces ``phi``
+  ``(num_steps, K)`` and ``dloss`` ``(num_steps, M)``; with ``stream_from=b`` only their running moments over
+  the steps ``t ≥ b`` are kept (``moments``, a :class:`mechjax.slt.susceptibility.Moments`), so memory does
+  not grow with the number of draws.
 
   Traces: ``loss`` (the minibatch loss at ``w`` *before* the step), ``loss_at_star`` (the same minibatch's
   loss at ``w*``: their difference is what the LLC averages, see :mod:`mechjax.slt.llc`),
@@ -107,7 +118,7 @@ def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Param
     return -_tree_dot(resid, resid) / (2 * eps)
 
   def step(carry, t):
-    w, v = carry
+    w, v, mom = carry
     k_batch, k_noise = jax.random.split(jax.random.fold_in(key, t))
     idx = jax.random.randint(k_batch, (s.batch_size,), 0, n)
     batch = jax.tree.map(lambda a: a[idx], data)
@@ -126,19 +137,33 @@ def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Param
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
     out = {"loss": loss, "loss_at_star": loss_fn(params_star, batch), "distance": jnp.sqrt(_tree_dot(diff, diff)),
            "drift_norm": jnp.sqrt(_tree_dot(drift, drift)), "noise_norm": jnp.sqrt(_tree_dot(noise, noise))}
+    if observe is not None:
+      phi, dloss = observe(w, observe_data)
+      if stream_from is None:
+        out["phi"], out["dloss"] = phi, dloss
+      else:
+        mom = susceptibility.moments_update(mom, phi, dloss, (t >= stream_from).astype(phi.dtype))
     if s.mala:
       u_new, _, grad_new, _ = potential_and_grad(w_new, batch)
       log_ratio = u_w - u_new + log_q(w, w_new, grad_new, precond) - log_q(w_new, w, grad_u, precond)
       out["acceptance"] = jnp.minimum(1.0, jnp.exp(jnp.minimum(log_ratio, 0.0)))
-    return (w_new, v), out
+    return (w_new, v, mom), out
 
   v0 = jax.tree.map(jnp.zeros_like, params_star)
-  _, traces = jax.lax.scan(step, (params_star, v0), jnp.arange(num_steps))
+  mom0 = None
+  if observe is not None and stream_from is not None:
+    phi0, dloss0 = jax.eval_shape(observe, params_star, observe_data)
+    if phi0.ndim != 1 or dloss0.ndim != 1:
+      raise ValueError(f"observe must return two vectors (phi_K, dloss_M); got shapes {phi0.shape} and {dloss0.shape}")
+    mom0 = susceptibility.moments_init(phi0.shape[0], dloss0.shape[0], phi0.dtype)
+  (_, _, mom), traces = jax.lax.scan(step, (params_star, v0, mom0), jnp.arange(num_steps))
+  if mom is not None:
+    traces["moments"] = mom
   return traces
 
 
 def sample_chains(loss_fn, params_star, data, key: jax.Array, num_chains: int, num_steps: int, settings: SGLDSettings,
-                  param_mask=None):
+                  param_mask=None, observe=None, observe_data=None, stream_from: int | None = None):
   """``num_chains`` chains from ``w*`` in one ``jit(vmap(scan))`` program; every trace is ``(num_chains, num_steps)``.
 
   When JAX sees more than one device and ``num_chains`` is a multiple of their number, the chain axis is
@@ -147,7 +172,7 @@ def sample_chains(loss_fn, params_star, data, key: jax.Array, num_chains: int, n
   os.cpu_count())`` before JAX starts makes every core a device: with 2 cores the sampler runs about 1.5×
   faster than on one device, because XLA runs the elementwise work of one device on one core. The draws
   depend on the key and on the number of devices (the partitioned matmuls round differently), not on
-  anything else.
+  anything else. ``observe``, ``observe_data`` and ``stream_from``: see :func:`sample_chain`.
   """
   if not (isinstance(num_chains, int) and num_chains >= 1 and isinstance(num_steps, int) and num_steps >= 1):
     raise ValueError(f"num_chains and num_steps must be integers >= 1; got {num_chains!r} and {num_steps!r}")
@@ -157,16 +182,21 @@ def sample_chains(loss_fn, params_star, data, key: jax.Array, num_chains: int, n
   keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
   devices = jax.devices()
   shards = len(devices) if len(devices) > 1 and num_chains % len(devices) == 0 else 1
-  return _program(loss_fn, num_steps, settings, param_mask is not None, shards)(params_star, data, keys, param_mask)
+  if stream_from is not None and not (isinstance(stream_from, int) and 0 <= stream_from < num_steps):
+    raise ValueError(f"stream_from must be an integer in [0, num_steps={num_steps}); got {stream_from!r}")
+  program = _program(loss_fn, num_steps, settings, param_mask is not None, shards, observe, stream_from)
+  return program(params_star, data, keys, param_mask, observe_data)
 
 
 @functools.lru_cache(maxsize=64)
-def _program(loss_fn, num_steps: int, settings: SGLDSettings, masked: bool, shards: int = 1):
-  """One compiled program per (loss, length, settings, devices): repeated calls (another key, another w*,
-  other data of the same shapes) reuse it instead of tracing and compiling again."""
+def _program(loss_fn, num_steps: int, settings: SGLDSettings, masked: bool, shards: int = 1, observe=None,
+             stream_from: int | None = None):
+  """One compiled program per (loss, length, settings, devices, observables): repeated calls (another key,
+  another w*, other data of the same shapes) reuse it instead of tracing and compiling again."""
 
-  def run(params_star, data, keys, param_mask):
-    chain = lambda k: sample_chain(loss_fn, params_star, data, k, num_steps, settings, param_mask if masked else None)
+  def run(params_star, data, keys, param_mask, observe_data):
+    chain = lambda k: sample_chain(loss_fn, params_star, data, k, num_steps, settings, param_mask if masked else None,
+                                   observe, observe_data, stream_from)
     return jax.vmap(chain)(keys)
 
   if shards == 1:
@@ -174,4 +204,4 @@ def _program(loss_fn, num_steps: int, settings: SGLDSettings, masked: bool, shar
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:shards]), ("chains",))
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   by_chain = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("chains"))
-  return jax.jit(run, in_shardings=(replicated, replicated, by_chain, replicated), out_shardings=by_chain)
+  return jax.jit(run, in_shardings=(replicated, replicated, by_chain, replicated, replicated), out_shardings=by_chain)

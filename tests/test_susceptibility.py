@@ -1,0 +1,73 @@
+"""Susceptibilities: the covariance estimators, streamed moments, and the exact Gaussian linear response."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mechjax.slt import gaussian
+from mechjax.slt import susceptibility as sus
+
+
+def _draws(seed=0, s=500, k=3, m=4):
+  rng = np.random.default_rng(seed)
+  z = rng.normal(size=(s, 2))
+  phi = np.c_[z[:, 0], z[:, 0] + z[:, 1], rng.normal(size=s)][:, :k]
+  dloss = np.c_[z[:, 0], -z[:, 1], z[:, 0] * z[:, 1], rng.normal(size=s)][:, :m]
+  return phi.astype(np.float32), dloss.astype(np.float32)
+
+
+def test_linear_response_is_minus_nbeta_times_the_sample_covariance():
+  phi, dloss = _draws()
+  expected = -7.0 * np.cov(phi.T, dloss.T)[:3, 3:]
+  np.testing.assert_allclose(sus.linear_response(phi, dloss, 7.0), expected, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(sus.susceptibility(phi, dloss), expected / 7.0, rtol=1e-4, atol=1e-5)
+
+
+def test_streamed_moments_equal_stored_draws_and_merge_across_chains():
+  phi, dloss = _draws(s=300)
+  step = jax.jit(sus.moments_update)
+  chains = []
+  for part in np.array_split(np.arange(300), 3):  # three "chains" of unequal length (100 each here)
+    mom = sus.moments_init(3, 4)
+    for i in part:
+      mom = step(mom, phi[i], dloss[i])
+    chains.append(mom)
+  merged = sus.moments_reduce(jax.tree.map(lambda *a: jnp.stack(a), *chains))
+  np.testing.assert_allclose(sus.moments_covariance(merged), sus.covariance(phi, dloss), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(sus.moments_covariance(chains[0]), sus.covariance(phi[:100], dloss[:100]), rtol=1e-4,
+                             atol=1e-6)
+  # A zero weight (burn-in inside a scan) changes nothing.
+  same = sus.moments_update(chains[0], phi[0] + 100, dloss[0], 0.0)
+  jax.tree.map(np.testing.assert_array_equal, same, chains[0])
+
+
+def test_bad_draws_are_refused():
+  with pytest.raises(ValueError, match="same draws"):
+    sus.covariance(np.zeros((5, 2)), np.zeros((4, 3)))
+  with pytest.raises(ValueError, match="nbeta"):
+    sus.linear_response(np.zeros((5, 2)), np.zeros((5, 3)), 0.0)
+
+
+def test_exact_gaussian_response_matches_exact_posterior_draws():
+  """The fast version of theory/linear_response.py's first check: every entry within 3 standard errors,
+  and an estimator missing the factor nβ (or with the wrong sign) is caught."""
+  p = gaussian.make_problem()
+  exact = gaussian.exact_response(p)
+  phi, dloss = gaussian.exact_draws(p, 20_000)
+  est = np.asarray(sus.linear_response(phi, dloss, p.nbeta))
+  err = p.nbeta * np.asarray(sus.standard_error(phi, dloss))
+  assert np.all(np.abs(est - exact) <= 3 * err), (est, exact, err)
+  # The check has power: the wrong sign, or a response without the factor nβ, is far outside.
+  assert not np.all(np.abs(-est - exact) <= 3 * err)
+  assert not np.all(np.abs(est / p.nbeta - exact) <= 3 * err)
+
+
+def test_sgld_streamed_response_is_close_to_exact():
+  p = gaussian.make_problem()
+  exact = gaussian.exact_response(p)
+  mom = gaussian.sgld_moments(p, num_chains=8, num_draws=4000, num_burnin=500, step_size=2e-4)
+  est = p.nbeta * -np.asarray(sus.moments_covariance(sus.moments_reduce(mom)))
+  per_chain = p.nbeta * -np.asarray(mom.comoment / (mom.count - 1)[:, None, None])
+  err = per_chain.std(0, ddof=1) / np.sqrt(8)
+  assert np.all(np.abs(est - exact) <= 3 * err + 0.05 * np.abs(exact)), (est, exact, err)
