@@ -71,3 +71,39 @@ def test_sgld_streamed_response_is_close_to_exact():
   per_chain = p.nbeta * -np.asarray(mom.comoment / (mom.count - 1)[:, None, None])
   err = per_chain.std(0, ddof=1) / np.sqrt(8)
   assert np.all(np.abs(est - exact) <= 3 * err + 0.05 * np.abs(exact)), (est, exact, err)
+
+
+def _gaussian_setup():
+  p = gaussian.make_problem()
+  data = {"x": jnp.asarray(p.x, jnp.float32), "y": jnp.asarray(p.y, jnp.float32)}
+  per_sample = lambda w, b: gaussian.per_sample_loss(w["w"], b["x"], b["y"])
+  return p, data, per_sample
+
+
+def test_estimate_susceptibilities_matches_the_exact_response_of_the_training_loss():
+  """With every sample in the evaluation subset, φ = L(w) − L(w*) and the probes toward samples 0 and 1 are
+  the exact problem's third observable and first two shifts."""
+  p, data, per_sample = _gaussian_setup()
+  probes = {"x": data["x"][:2], "y": data["y"][:2]}
+  frozen = {"w": jnp.zeros(3)}
+  res = sus.estimate_susceptibilities(per_sample, {"w": jnp.asarray(p.center, jnp.float32)}, data, probes,
+                                      key=jax.random.PRNGKey(0), components={"all": None, "none": frozen},
+                                      num_chains=8, num_draws=4000, num_burnin=500, step_size=2e-4, nbeta=p.nbeta,
+                                      localization=p.localization, batch_size=p.n)
+  exact = gaussian.exact_response(p)[2, :2]
+  assert res.chi.shape == (2, 2) and res.components == ("all", "none") and res.probe_shape == (2,)
+  err = p.nbeta * res.standard_error[0]
+  assert np.all(np.abs(res.response[0] - exact) <= 3 * err + 0.05 * np.abs(exact)), (res.response[0], exact, err)
+  # The posterior of L(w) − L(w*) is d/2 · (nβ s / (nβ s + γ)) in expectation: just under 1.5 here.
+  assert 1.3 < res.llc[0] < 1.6, res.llc
+  np.testing.assert_array_equal(res.chi[1], 0.0)  # a component with no free weight does not move
+  assert abs(res.llc[1]) < 1e-5  # L(w*) inside and outside the program differ by rounding only
+
+
+def test_principal_directions_recover_a_planted_rank_one_structure():
+  rng = np.random.default_rng(0)
+  u, v = rng.normal(size=4), rng.normal(size=50)
+  v -= v.mean()
+  pd = sus.principal_directions(np.outer(u, v) + 0.01 * rng.normal(size=(4, 50)))
+  assert pd["explained_variance"][0] > 0.99
+  assert abs(abs(pd["Vt"][0] @ v) / np.linalg.norm(v) - 1) < 1e-3

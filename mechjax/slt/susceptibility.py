@@ -18,7 +18,9 @@ draws. Both give the unbiased (``S − 1``) sample covariance.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+import functools
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -133,3 +135,159 @@ def moments_reduce(stacked: Moments) -> Moments:
 def moments_covariance(mom: Moments) -> jax.Array:
   """The unbiased cross-covariance from streamed moments (equals :func:`covariance` on the same draws)."""
   return mom.comoment / (mom.count - 1)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# High level: run the sampler and assemble susceptibilities.
+
+EVAL_STREAM = 2**31 - 5  # the key stream of the evaluation subset (chains use fold_in(key, c) with small c)
+
+
+@dataclasses.dataclass
+class SusceptibilityResult:
+  """Susceptibilities of C components to M probes, from ``num_chains`` chains per component.
+
+  Attributes:
+    chi: ``(C, M)``, ``χ = −Cov(φ_C, ΔL_m)`` over all draws of all chains (the Timaeus convention).
+    response: ``(C, M)``, ``nβ·χ = dE[φ_C]/dh``.
+    standard_error: ``(C, M)``, the spread of the per-chain ``χ`` over ``√num_chains``.
+    llc: ``(C,)``, ``nβ·E[φ_C]``: the (weight-refined) LLC of each component, on the evaluation subset.
+    components: the component names, in row order.
+    probe_shape: the shape of the probe losses (e.g. ``(sequences, positions)`` for per-token probes); the
+      M columns are their row-major flattening.
+  """
+
+  chi: np.ndarray
+  response: np.ndarray
+  standard_error: np.ndarray
+  llc: np.ndarray
+  components: tuple[str, ...]
+  probe_shape: tuple[int, ...]
+
+
+def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *, key: jax.Array,
+                              components: dict[str, Any] | None = None, num_chains: int = 4, num_draws: int = 200,
+                              num_burnin: int = 0, step_size: float, nbeta: float, localization: float,
+                              batch_size: int, eval_size: int = 1024) -> SusceptibilityResult:
+  """Per-sample or per-token susceptibilities of model components, with all components sampled at once.
+
+  For each component ``C`` (a 0/1 mask pytree like ``params``; ``None`` means one component, the whole
+  model) SGLD samples the localized posterior at ``w* = params`` with only ``C``'s weights free, and the
+  observable is the component-restricted loss change ``φ_C(w) = L(w) − L(w*)``. The probes are the
+  per-sample (or per-token) losses ``ℓ_i`` on ``probes``, and the shift toward probe ``i`` changes the
+  training loss by ``ΔL_i(w) = ℓ_i(w) − L(w)``. ``L`` is the mean loss on a fixed evaluation subset of
+  ``data`` (all of it when ``n ≤ eval_size``, else ``eval_size`` samples drawn without replacement from
+  ``fold_in(key, EVAL_STREAM)``): a deterministic function of ``w``, so that no minibatch noise is shared by
+  ``φ`` and ``ΔL``.
+
+  The moments of ``(φ_C, ΔL)`` are streamed inside the scan (memory ``C × M`` per chain, whatever
+  ``num_draws``), and the components run in one program, vmapped over their masks.
+
+  Args:
+    per_sample_loss: ``per_sample_loss(params, batch)`` returns one loss per sample, ``(B,)``, or per
+      token, ``(B, T)``; the SGLD loss is its mean.
+    params: ``w*``.
+    data: the training data, a pytree with the sample axis first.
+    probes: a pytree of probe samples in the same format.
+    components: ``{name: mask}``; default ``{"all": None}``.
+    Other arguments as in :func:`mechjax.slt.llc.estimate_llc`.
+  """
+  from mechjax.slt import sgld  # local: sgld imports this module for Moments
+
+  components = {"all": None} if components is None else dict(components)
+  if not components:
+    raise ValueError("components must name at least one mask")
+  ones = jax.tree.map(jnp.ones_like, params)
+  masks = []
+  for name, mask in components.items():
+    if mask is not None and jax.tree.structure(mask) != jax.tree.structure(params):
+      raise ValueError(f"the mask of component {name!r} must be a pytree with the structure of params")
+    masks.append(ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params))
+  masks = jax.tree.map(lambda *m: jnp.stack(m), *masks)
+  settings = sgld.SGLDSettings(step_size=step_size, nbeta=nbeta, localization=localization, batch_size=batch_size,
+                               mala=False)
+  n = jax.tree.leaves(data)[0].shape[0]
+  if n > eval_size:
+    idx = jax.random.choice(jax.random.fold_in(key, EVAL_STREAM), n, (eval_size,), replace=False)
+    eval_data = jax.tree.map(lambda a: a[idx], data)
+  else:
+    eval_data = data
+  probe_shape = tuple(jax.eval_shape(per_sample_loss, params, probes).shape)
+  observe_data = {"eval": eval_data, "probes": probes,
+                  "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data))}
+  program = _components_program(per_sample_loss, num_burnin + num_draws, settings, num_burnin)
+  keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
+  mom = jax.device_get(program(params, data, keys, masks, observe_data))  # leaves (C, chains, ...)
+  per_chain = -np.asarray(mom.comoment[:, :, 0, :] / (mom.count - 1)[:, :, None])  # (C, chains, M)
+  merged = jax.vmap(moments_reduce)(jax.tree.map(jnp.asarray, mom))
+  chi = -np.asarray(merged.comoment[:, 0, :] / (merged.count - 1)[:, None])
+  llc = nbeta * np.asarray(merged.mean_phi[:, 0])
+  if not (np.all(np.isfinite(chi)) and np.all(np.isfinite(llc))):
+    raise FloatingPointError(f"non-finite susceptibilities (step_size={step_size:g}); try a smaller step_size "
+                             "or a larger localization")
+  return SusceptibilityResult(chi=chi, response=nbeta * chi,
+                              standard_error=per_chain.std(1, ddof=1) / np.sqrt(num_chains) if num_chains > 1
+                              else np.full_like(chi, np.nan), llc=llc, components=tuple(components),
+                              probe_shape=probe_shape)
+
+
+@functools.lru_cache(maxsize=16)
+def _components_program(per_sample_loss, num_steps: int, settings, stream_from: int):
+  from mechjax.slt import sgld
+
+  loss_fn = lambda w, batch: jnp.mean(per_sample_loss(w, batch))
+
+  def observe(w, od):
+    eval_loss = jnp.mean(per_sample_loss(w, od["eval"]))
+    probe = per_sample_loss(w, od["probes"]).reshape(-1)
+    return (eval_loss - od["eval_loss_star"])[None], probe - eval_loss
+
+  def run(params, data, keys, masks, observe_data):
+    def component(mask):
+      chain = lambda k: sgld.sample_chain(loss_fn, params, data, k, num_steps, settings, mask, observe, observe_data,
+                                          stream_from)["moments"]
+      return jax.vmap(chain)(keys)
+    return jax.vmap(component)(masks)
+
+  return jax.jit(run)
+
+
+def principal_directions(chi, num: int | None = None, center: bool = True) -> dict[str, np.ndarray]:
+  """The SVD of a susceptibility matrix ``χ`` (components × probes): ``U`` (components), ``S``, ``Vt``
+  (probes) and each direction's share of the variance ``S²/ΣS²``. With ``center`` each component's row mean
+  over probes is removed first: a uniform shift of every probe is a change of the whole distribution's
+  scale, not a direction of it."""
+  chi = np.asarray(chi, np.float64)
+  if chi.ndim != 2:
+    raise ValueError(f"chi must be (components, probes); got shape {chi.shape}")
+  x = chi - chi.mean(1, keepdims=True) if center else chi
+  u, s, vt = np.linalg.svd(x, full_matrices=False)
+  num = len(s) if num is None else num
+  return {"U": u[:, :num], "S": s[:num], "Vt": vt[:num], "explained_variance": (s**2 / np.sum(s**2))[:num]}
+
+
+def bif(per_sample_loss: Callable, params, data, queries, train_probes, **kwargs) -> np.ndarray:
+  """The Bayesian influence function ``BIF(q, i) = −Cov(ℓ_q, ℓ_i)`` of training probes ``i`` on query
+  samples ``q`` over the localized posterior, ``(Q, I)``. Keyword arguments as :func:`estimate_susceptibilities`
+  (``key``, ``step_size``, ``nbeta``, ``localization``, ``batch_size``, chains and draws); the query losses
+  are the observables, so ``Q`` columns of moments are streamed."""
+  from mechjax.slt import sgld
+
+  settings = sgld.SGLDSettings(step_size=kwargs.pop("step_size"), nbeta=kwargs.pop("nbeta"),
+                               localization=kwargs.pop("localization"), batch_size=kwargs.pop("batch_size"), mala=False)
+  key = kwargs.pop("key")
+  num_chains, num_draws = kwargs.pop("num_chains", 4), kwargs.pop("num_draws", 200)
+  num_burnin = kwargs.pop("num_burnin", 0)
+  if kwargs:
+    raise TypeError(f"unexpected arguments {sorted(kwargs)}")
+  observe = _bif_observe(per_sample_loss)
+  traces = sgld.sample_chains(lambda w, b: jnp.mean(per_sample_loss(w, b)), params, data, key, num_chains,
+                              num_burnin + num_draws, settings, observe=observe,
+                              observe_data={"queries": queries, "train": train_probes}, stream_from=num_burnin)
+  merged = moments_reduce(traces["moments"])
+  return -np.asarray(moments_covariance(merged))
+
+
+@functools.lru_cache(maxsize=16)
+def _bif_observe(per_sample_loss):
+  return lambda w, od: (per_sample_loss(w, od["queries"]).reshape(-1), per_sample_loss(w, od["train"]).reshape(-1))
