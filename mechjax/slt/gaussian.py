@@ -95,11 +95,9 @@ def exact_response(p: Problem) -> np.ndarray:
   """``dE[φ_k]/dh`` for each observable ``k`` and shift ``m`` (``K × M``), by forward-mode autodiff in float64."""
   with jax.enable_x64(True):
     uniform = jnp.full(p.n, 1.0 / p.n)
-    cols = []
-    for target in p.shifts:
-      direction = jnp.asarray(target) - uniform
-      cols.append(jax.jvp(lambda h: exact_expectation(p, uniform + h * direction), (0.0,), (1.0,))[1])
-    return np.asarray(jnp.stack(cols, axis=1))
+    tangent = lambda direction: jax.jvp(lambda h: exact_expectation(p, uniform + h * direction), (0.0,), (1.0,))[1]
+    cols = jax.jit(jax.vmap(tangent))(jnp.asarray(p.shifts) - uniform)  # (M, K)
+    return np.asarray(cols.T)
 
 
 def exact_draws(p: Problem, num_draws: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

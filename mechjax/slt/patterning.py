@@ -1,0 +1,112 @@
+"""Patterning: the data re-weighting that moves posterior expectations where we want them (Wang & Murfet
+2026, arXiv:2601.13548), and training on the re-weighted distribution.
+
+To first order a change ``dh`` of the weights of M probe samples (or groups) moves K observables by
+``dμ = J·dh`` with ``J = nβ·χ`` (:mod:`mechjax.slt.susceptibility`). Inverting it gives the smallest
+re-weighting that produces a target change:
+
+    dh = J⁺·dμ_target        (minimum norm; with ridge ρ: Jᵀ(JJᵀ + ρI)⁻¹·dμ_target).
+
+A re-weighting is applied to a *distribution* over the M probes, ``p = u + dh`` with ``u`` the base
+distribution (uniform by default), so the constrained version keeps ``p`` on the simplex (``p ≥ 0``,
+``Σp = 1``): it minimises ``‖J(p − u) − dμ‖² + ρ‖p − u‖²`` over the simplex by accelerated projected gradient
+(FISTA) with the exact Euclidean projection onto the simplex.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mechjax.train import loop
+
+
+def _check(response, target_delta) -> tuple[np.ndarray, np.ndarray]:
+  j = np.asarray(response, np.float64)
+  if j.ndim == 1:
+    j = j[None]
+  t = np.atleast_1d(np.asarray(target_delta, np.float64))
+  if j.ndim != 2 or t.shape != (j.shape[0],):
+    raise ValueError(f"response must be (K observables, M probes) and target_delta (K,); got {j.shape} and {t.shape}")
+  if not (np.all(np.isfinite(j)) and np.all(np.isfinite(t))):
+    raise ValueError("response and target_delta must be finite")
+  return j, t
+
+
+def patterning_weights(response, target_delta, *, ridge: float = 0.0, simplex: bool = False, base=None,
+                       iterations: int = 5000) -> np.ndarray:
+  """The re-weighting ``dh`` (M,) that moves the K observables by ``target_delta`` to first order.
+
+  Args:
+    response: ``J = dE[φ]/dh``, ``(K, M)``: :attr:`SusceptibilityResult.response` (``nβ·χ``). Passing ``χ``
+      instead gives ``nβ`` times the re-weighting.
+    target_delta: ``(K,)``, the wanted change of each observable.
+    ridge: ``ρ ≥ 0``; damps directions of small response (and makes an ill-posed inverse well-posed).
+    simplex: keep ``base + dh`` a probability distribution (non-negative, summing to 1). The target is then
+      met only as far as the simplex allows, in least squares.
+    base: the base distribution over the M probes (default uniform); used with ``simplex``.
+    iterations: projected-gradient iterations for ``simplex``.
+
+  Returns:
+    ``dh``; with ``simplex`` the new distribution is ``base + dh``.
+  """
+  j, t = _check(response, target_delta)
+  if not ridge >= 0:
+    raise ValueError(f"ridge must be >= 0; got {ridge!r}")
+  m = j.shape[1]
+  if not simplex:
+    gram = j @ j.T + ridge * np.eye(j.shape[0])
+    return j.T @ (np.linalg.pinv(gram) @ t) if ridge == 0 else j.T @ np.linalg.solve(gram, t)
+  u = np.full(m, 1.0 / m) if base is None else np.asarray(base, np.float64)
+  if u.shape != (m,) or np.any(u < 0) or abs(u.sum() - 1) > 1e-6:
+    raise ValueError(f"base must be a distribution over the {m} probes (non-negative, summing to 1)")
+  # FISTA on f(p) = ½‖J(p − u) − t‖² + ½ρ‖p − u‖², step 1/Lipschitz.
+  lipschitz = np.linalg.norm(j, 2) ** 2 + ridge
+  step = 1.0 / max(lipschitz, 1e-30)
+  p = y = u.copy()
+  s = 1.0
+  for _ in range(iterations):
+    grad = j.T @ (j @ (y - u) - t) + ridge * (y - u)
+    p_next = project_simplex(y - step * grad)
+    s_next = (1 + np.sqrt(1 + 4 * s * s)) / 2
+    y = p_next + (s - 1) / s_next * (p_next - p)
+    if np.max(np.abs(p_next - p)) < 1e-12:
+      p = p_next
+      break
+    p, s = p_next, s_next
+  return p - u
+
+
+def project_simplex(v) -> np.ndarray:
+  """The Euclidean projection of ``v`` onto the probability simplex (Held, Wolfe & Crowder 1974)."""
+  v = np.asarray(v, np.float64)
+  srt = np.sort(v)[::-1]
+  css = np.cumsum(srt) - 1.0
+  k = np.arange(1, v.size + 1)
+  rho = np.nonzero(srt - css / k > 0)[0][-1]
+  return np.maximum(v - css[rho] / (rho + 1), 0.0)
+
+
+def weighted_problem(init: Callable[[jax.Array], Any], per_sample_loss: Callable[[Any, Any], jax.Array], data,
+                     weights, batch_size: int, evaluate=None) -> loop.Problem:
+  """A :class:`mechjax.train.loop.Problem` that trains on ``data`` resampled with probabilities ``weights``.
+
+  Each step draws ``batch_size`` samples with replacement from ``Categorical(weights)`` (from the step's
+  key, so runs stay reproducible and resumable) and minimises their mean ``per_sample_loss``; its
+  expectation is the re-weighted loss ``Σ_i weights_i ℓ_i``. ``per_sample_loss`` may return per-token losses
+  ``(B, T)``; they are averaged.
+  """
+  w = np.asarray(weights, np.float64)
+  n = jax.tree.leaves(data)[0].shape[0]
+  if w.shape != (n,) or np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
+    raise ValueError(f"weights must be {n} non-negative finite numbers with a positive sum; got shape {w.shape}")
+  logits = jnp.asarray(np.log(np.where(w > 0, w / w.sum(), 1e-300)), jnp.float32)
+
+  def loss(params, key):
+    idx = jax.random.categorical(key, logits, shape=(batch_size,))
+    return jnp.mean(per_sample_loss(params, jax.tree.map(lambda a: a[idx], data))), {}
+
+  return loop.Problem(init=init, loss=loss, evaluate=evaluate)
