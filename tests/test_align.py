@@ -161,3 +161,14 @@ def test_privileged_basis_test_detects_basis_aligned_outliers():
   assert res["p_value"] == pytest.approx(1 / 100) and res["value"] > res["null_mean"] + 5 * res["null_sd"]
   with pytest.raises(ValueError, match="shape"):
     H.privileged_basis_test(y[:, :3], jax.random.PRNGKey(0))
+
+
+def test_fast_statistics_equal_scipy_and_batched_eigenangles_equal_single():
+  x = np.random.default_rng(0).normal(size=57)
+  assert H._ks_statistic(x, stats.norm.cdf) == pytest.approx(stats.kstest(x, "norm").statistic, abs=1e-12)
+  assert H._excess_kurtosis(x) == pytest.approx(stats.kurtosis(x), abs=1e-12)
+  for d, special in ((5, True), (6, False), (7, False)):
+    qs = np.asarray(H.haar_orthogonal(jax.random.PRNGKey(d), d, special=True, shape=(4,)), np.float64)
+    if not special:
+      qs[:, :, 0] *= -1
+    np.testing.assert_allclose(H.eigenangles(qs), np.stack([H.eigenangles(q) for q in qs]), atol=1e-12)
