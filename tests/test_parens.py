@@ -1,0 +1,42 @@
+"""Parenthesis data: the two algorithms agree on training strings and disagree on every probe."""
+
+import numpy as np
+import pytest
+
+from mechjax.data import parens
+
+
+def _s(text):
+  return np.array([parens.OPEN if c == "(" else parens.CLOSE for c in text])
+
+
+def test_rules_on_known_strings():
+  assert parens.balanced(_s("(())()")) and parens.equal_counts(_s("(())()"))
+  assert not parens.balanced(_s("())(")) and parens.equal_counts(_s("())("))
+  assert not parens.equal_counts(_s("((()"))
+  np.testing.assert_array_equal(parens.prefix_sums(_s("())(")), [1, 0, -1, 0])
+
+
+def test_training_set_is_perfect_for_both_algorithms_and_probes_split_them():
+  data = parens.make_dataset(seed=0, num=2000, length=10)
+  t, y = data["tokens"], data["label"]
+  assert t.shape == (2000, 10) and abs(y.mean() - 0.5) < 1e-9
+  eq = parens.equal_counts(t)
+  assert np.all(parens.balanced(t[eq]))  # no equal-count string with a negative prefix
+  np.testing.assert_array_equal(parens.label(t, "counts"), parens.label(t, "prefix"))
+  probes = parens.sample_probes(np.random.default_rng(1), 500, 10)
+  assert np.all(parens.label(probes, "counts") == 1) and np.all(parens.label(probes, "prefix") == 0)
+
+
+def test_balanced_strings_are_uniform_over_dyck_words():
+  # Length 6 has 5 Dyck words; 5000 uniform draws give each about 1000 (sd 28).
+  words = parens.sample_balanced(np.random.default_rng(0), 5000, 6)
+  _, counts = np.unique(words, axis=0, return_counts=True)
+  assert len(counts) == 5 and np.all(np.abs(counts - 1000) < 150)
+
+
+def test_same_seed_same_dataset_and_bad_length_refused():
+  a, b = parens.make_dataset(3, 100, 8), parens.make_dataset(3, 100, 8)
+  np.testing.assert_array_equal(a["tokens"], b["tokens"])
+  with pytest.raises(ValueError, match="even"):
+    parens.make_dataset(0, 10, 7)
