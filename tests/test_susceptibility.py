@@ -89,10 +89,11 @@ def test_estimate_susceptibilities_matches_the_exact_response_of_the_training_lo
   res = sus.estimate_susceptibilities(per_sample, {"w": jnp.asarray(p.center, jnp.float32)}, data, probes,
                                       key=jax.random.PRNGKey(0), components={"all": None, "none": frozen},
                                       num_chains=8, num_draws=4000, num_burnin=500, step_size=2e-4, nbeta=p.nbeta,
-                                      localization=p.localization, batch_size=p.n)
-  exact = gaussian.exact_response(p)[2, :2]
-  assert res.chi.shape == (2, 2) and res.components == ("all", "none") and res.probe_shape == (2,)
-  err = p.nbeta * res.standard_error[0]
+                                      localization=p.localization, batch_size=p.n,
+                                      observable=lambda w, _: w["w"][:1])  # w_0, the exact problem's first
+  exact = gaussian.exact_response(p)[[2, 0], :2]  # (loss, w_0) × (toward sample 0, toward sample 1)
+  assert res.chi.shape == (2, 2, 2) and res.components == ("all", "none") and res.probe_shape == (2,)
+  err = res.standard_error[0] * p.nbeta
   assert np.all(np.abs(res.response[0] - exact) <= 3 * err + 0.05 * np.abs(exact)), (res.response[0], exact, err)
   # The posterior of L(w) − L(w*) is d/2 · (nβ s / (nβ s + γ)) in expectation: just under 1.5 here.
   assert 1.3 < res.llc[0] < 1.6, res.llc

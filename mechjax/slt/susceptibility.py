@@ -148,10 +148,13 @@ class SusceptibilityResult:
   """Susceptibilities of C components to M probes, from ``num_chains`` chains per component.
 
   Attributes:
-    chi: ``(C, M)``, ``χ = −Cov(φ_C, ΔL_m)`` over all draws of all chains (the Timaeus convention).
-    response: ``(C, M)``, ``nβ·χ = dE[φ_C]/dh``.
-    standard_error: ``(C, M)``, the spread of the per-chain ``χ`` over ``√num_chains``.
-    llc: ``(C,)``, ``nβ·E[φ_C]``: the (weight-refined) LLC of each component, on the evaluation subset.
+    chi: ``(C, K, M)``, ``χ = −Cov(φ_k, ΔL_m)`` over all draws of all chains of component ``C`` (the
+      Timaeus convention). Observable 0 is the component's loss change ``L(w) − L(w*)``; the others are
+      those of the ``observable`` argument.
+    response: ``(C, K, M)``, ``nβ·χ = dE[φ]/dh``.
+    standard_error: ``(C, K, M)``, the spread of the per-chain ``χ`` over ``√num_chains``.
+    llc: ``(C,)``, ``nβ·E[L(w) − L(w*)]``: the (weight-refined) LLC of each component, on the evaluation subset.
+    observable_means: ``(C, K)``, the posterior mean of each observable.
     components: the component names, in row order.
     probe_shape: the shape of the probe losses (e.g. ``(sequences, positions)`` for per-token probes); the
       M columns are their row-major flattening.
@@ -161,6 +164,7 @@ class SusceptibilityResult:
   response: np.ndarray
   standard_error: np.ndarray
   llc: np.ndarray
+  observable_means: np.ndarray
   components: tuple[str, ...]
   probe_shape: tuple[int, ...]
 
@@ -168,7 +172,8 @@ class SusceptibilityResult:
 def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *, key: jax.Array,
                               components: dict[str, Any] | None = None, num_chains: int = 4, num_draws: int = 200,
                               num_burnin: int = 0, step_size: float, nbeta: float, localization: float,
-                              batch_size: int, eval_size: int = 1024) -> SusceptibilityResult:
+                              batch_size: int, eval_size: int = 1024, observable: Callable | None = None,
+                              observable_data: Any = None) -> SusceptibilityResult:
   """Per-sample or per-token susceptibilities of model components, with all components sampled at once.
 
   For each component ``C`` (a 0/1 mask pytree like ``params``; ``None`` means one component, the whole
@@ -190,6 +195,9 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
     data: the training data, a pytree with the sample axis first.
     probes: a pytree of probe samples in the same format.
     components: ``{name: mask}``; default ``{"all": None}``.
+    observable: optional ``observable(params, observable_data) -> (K − 1,)``: more observables whose
+      susceptibilities are wanted (e.g. a probe-set loss that measures a behaviour), streamed beside the
+      loss change.
     Other arguments as in :func:`mechjax.slt.llc.estimate_llc`.
   """
   from mechjax.slt import sgld  # local: sgld imports this module for Moments
@@ -213,26 +221,27 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
   else:
     eval_data = data
   probe_shape = tuple(jax.eval_shape(per_sample_loss, params, probes).shape)
-  observe_data = {"eval": eval_data, "probes": probes,
+  observe_data = {"eval": eval_data, "probes": probes, "extra": observable_data,
                   "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data))}
-  program = _components_program(per_sample_loss, num_burnin + num_draws, settings, num_burnin)
+  program = _components_program(per_sample_loss, num_burnin + num_draws, settings, num_burnin, observable)
   keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
   mom = jax.device_get(program(params, data, keys, masks, observe_data))  # leaves (C, chains, ...)
-  per_chain = -np.asarray(mom.comoment[:, :, 0, :] / (mom.count - 1)[:, :, None])  # (C, chains, M)
+  per_chain = -np.asarray(mom.comoment / (mom.count - 1)[:, :, None, None])  # (C, chains, K, M)
   merged = jax.vmap(moments_reduce)(jax.tree.map(jnp.asarray, mom))
-  chi = -np.asarray(merged.comoment[:, 0, :] / (merged.count - 1)[:, None])
+  chi = -np.asarray(merged.comoment / (merged.count - 1)[:, None, None])
   llc = nbeta * np.asarray(merged.mean_phi[:, 0])
   if not (np.all(np.isfinite(chi)) and np.all(np.isfinite(llc))):
     raise FloatingPointError(f"non-finite susceptibilities (step_size={step_size:g}); try a smaller step_size "
                              "or a larger localization")
   return SusceptibilityResult(chi=chi, response=nbeta * chi,
                               standard_error=per_chain.std(1, ddof=1) / np.sqrt(num_chains) if num_chains > 1
-                              else np.full_like(chi, np.nan), llc=llc, components=tuple(components),
+                              else np.full_like(chi, np.nan), llc=llc,
+                              observable_means=np.asarray(merged.mean_phi), components=tuple(components),
                               probe_shape=probe_shape)
 
 
 @functools.lru_cache(maxsize=16)
-def _components_program(per_sample_loss, num_steps: int, settings, stream_from: int):
+def _components_program(per_sample_loss, num_steps: int, settings, stream_from: int, observable=None):
   from mechjax.slt import sgld
 
   loss_fn = lambda w, batch: jnp.mean(per_sample_loss(w, batch))
@@ -240,7 +249,10 @@ def _components_program(per_sample_loss, num_steps: int, settings, stream_from: 
   def observe(w, od):
     eval_loss = jnp.mean(per_sample_loss(w, od["eval"]))
     probe = per_sample_loss(w, od["probes"]).reshape(-1)
-    return (eval_loss - od["eval_loss_star"])[None], probe - eval_loss
+    phi = (eval_loss - od["eval_loss_star"])[None]
+    if observable is not None:
+      phi = jnp.concatenate([phi, jnp.asarray(observable(w, od["extra"]), phi.dtype).reshape(-1)])
+    return phi, probe - eval_loss
 
   def run(params, data, keys, masks, observe_data):
     def component(mask):
