@@ -75,3 +75,20 @@ def test_weighted_problem_samples_by_weight():
   assert abs(float(share) - 0.75) < 0.03  # sd of the share: sqrt(0.75 · 0.25 / 4000) = 0.007
   with pytest.raises(ValueError, match="non-negative"):
     patterning.weighted_problem(lambda k: {}, None, data, -weights, batch_size=4)
+
+
+def test_group_response_is_the_exact_response_to_a_group_shift():
+  """Shifting toward samples 0–19 as a group (the exact problem's third shift) is the mean of the 20
+  single-sample responses: the response is linear in the target distribution."""
+  p = gaussian.make_problem()
+  singles = gaussian.exact_response(dataclasses.replace(p, shifts=np.eye(p.n)[:20]))
+  group = gaussian.exact_response(p)[:, 2]
+  np.testing.assert_allclose(patterning.group_response(singles, np.zeros(20, int))[:, 0], group, rtol=1e-8)
+
+
+def test_sample_weights_spread_group_mass_evenly():
+  ids = np.array([0, 0, 1, 2, 2, 2])
+  w = patterning.sample_weights([0.5, 0.2, 0.3], ids)
+  np.testing.assert_allclose(w, [0.25, 0.25, 0.2, 0.1, 0.1, 0.1])
+  with pytest.raises(ValueError, match="no sample"):
+    patterning.sample_weights([0.5, 0.2, 0.2, 0.1], ids)

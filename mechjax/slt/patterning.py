@@ -110,3 +110,33 @@ def weighted_problem(init: Callable[[jax.Array], Any], per_sample_loss: Callable
     return jnp.mean(per_sample_loss(params, jax.tree.map(lambda a: a[idx], data))), {}
 
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
+
+
+def group_response(response, group_ids, num_groups: int | None = None) -> np.ndarray:
+  """The response to shifting weight toward each *group* of probes: ``(K, G)``, the mean of its members'
+  columns. Exact, because the response is linear in the target distribution ``q′``, and the group's
+  ``q′`` is the uniform mixture of its members' point masses. Groups with no member get NaN columns."""
+  j = np.asarray(response, np.float64)
+  j = j[None] if j.ndim == 1 else j
+  g = np.asarray(group_ids)
+  if g.shape != (j.shape[1],) or (g.size and g.min() < 0):
+    raise ValueError(f"group_ids must hold one non-negative group per probe column ({j.shape[1]}); got {g.shape}")
+  num_groups = int(g.max()) + 1 if num_groups is None else num_groups
+  sums = np.zeros((j.shape[0], num_groups))
+  np.add.at(sums.T, g, j.T)
+  counts = np.bincount(g, minlength=num_groups)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return sums / np.where(counts > 0, counts, np.nan)
+
+
+def sample_weights(group_distribution, group_ids) -> np.ndarray:
+  """Per-sample probabilities from a distribution over groups: each group's mass spread evenly over its
+  samples (``p_i = P(g_i) / |g_i|``). Mass on a group with no sample is refused."""
+  p = np.asarray(group_distribution, np.float64)
+  g = np.asarray(group_ids)
+  counts = np.bincount(g, minlength=len(p))
+  if len(counts) != len(p):
+    raise ValueError(f"group_ids name {len(counts)} groups but the distribution has {len(p)}")
+  if np.any((counts == 0) & (p > 0)):
+    raise ValueError(f"groups {np.nonzero((counts == 0) & (p > 0))[0].tolist()} have mass but no sample")
+  return p[g] / counts[g]
