@@ -108,3 +108,19 @@ def test_principal_directions_recover_a_planted_rank_one_structure():
   pd = sus.principal_directions(np.outer(u, v) + 0.01 * rng.normal(size=(4, 50)))
   assert pd["explained_variance"][0] > 0.99
   assert abs(abs(pd["Vt"][0] @ v) / np.linalg.norm(v) - 1) < 1e-3
+
+
+def test_bif_matches_the_covariance_of_exact_posterior_draws():
+  p, data, per_sample = _gaussian_setup()
+  queries = {"x": data["x"][:2], "y": data["y"][:2]}
+  train = {"x": data["x"][2:5], "y": data["y"][2:5]}
+  got = sus.bif(per_sample, {"w": jnp.asarray(p.center, jnp.float32)}, data, queries, train, key=jax.random.PRNGKey(1),
+                num_chains=8, num_draws=4000, num_burnin=500, step_size=2e-4, nbeta=p.nbeta,
+                localization=p.localization, batch_size=p.n)
+  with jax.enable_x64(True):
+    mean, cov = gaussian.posterior(p, jnp.full(p.n, 1.0 / p.n))
+    w = np.random.default_rng(0).multivariate_normal(np.asarray(mean), np.asarray(cov), size=200_000)
+  losses = 0.5 * (p.y[:5] - w @ p.x[:5].T) ** 2  # (draws, 5)
+  exact = -np.cov(losses.T)[:2, 2:]
+  assert got.shape == (2, 3)
+  np.testing.assert_allclose(got, exact, rtol=0.15, atol=0.1 * np.abs(exact).max())
