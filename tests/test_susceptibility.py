@@ -68,7 +68,7 @@ def test_sgld_streamed_response_is_close_to_exact():
   exact = gaussian.exact_response(p)
   mom = gaussian.sgld_moments(p, num_chains=8, num_draws=4000, num_burnin=500, step_size=2e-4)
   est = p.nbeta * -np.asarray(sus.moments_covariance(sus.moments_reduce(mom)))
-  per_chain = p.nbeta * -np.asarray(mom.comoment / (mom.count - 1)[:, None, None])
+  per_chain = p.nbeta * -np.asarray(sus.moments_covariance(mom))
   err = per_chain.std(0, ddof=1) / np.sqrt(8)
   assert np.all(np.abs(est - exact) <= 3 * err + 0.05 * np.abs(exact)), (est, exact, err)
 

@@ -133,8 +133,9 @@ def moments_reduce(stacked: Moments) -> Moments:
 
 
 def moments_covariance(mom: Moments) -> jax.Array:
-  """The unbiased cross-covariance from streamed moments (equals :func:`covariance` on the same draws)."""
-  return mom.comoment / (mom.count - 1)
+  """The unbiased cross-covariance from streamed moments (equals :func:`covariance` on the same draws).
+  Stacked moments (leading axes on every field, e.g. one per chain) give one covariance per entry."""
+  return mom.comoment / (jnp.asarray(mom.count) - 1)[..., None, None]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -226,9 +227,9 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
   program = _components_program(per_sample_loss, num_burnin + num_draws, settings, num_burnin, observable)
   keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
   mom = jax.device_get(program(params, data, keys, masks, observe_data))  # leaves (C, chains, ...)
-  per_chain = -np.asarray(mom.comoment / (mom.count - 1)[:, :, None, None])  # (C, chains, K, M)
+  per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
   merged = jax.vmap(moments_reduce)(jax.tree.map(jnp.asarray, mom))
-  chi = -np.asarray(merged.comoment / (merged.count - 1)[:, None, None])
+  chi = -np.asarray(moments_covariance(merged))
   llc = nbeta * np.asarray(merged.mean_phi[:, 0])
   if not (np.all(np.isfinite(chi)) and np.all(np.isfinite(llc))):
     raise FloatingPointError(f"non-finite susceptibilities (step_size={step_size:g}); try a smaller step_size "

@@ -157,10 +157,6 @@ def closed_form_llcs(cfg: Config) -> list[float]:
   return [float(cf.deep_linear_network(cfg.widths, r)[0]) for r in range(cfg.rank + 1)]
 
 
-def _read_rows(path: str) -> list[dict]:
-  return metrics_lib.read_jsonl(path) if os.path.exists(path) else []
-
-
 def estimate_checkpoints(cfg: Config, workdir: str, data: dict, problem: loop.Problem, optimizer,
                          progress: bool = True) -> list[dict]:
   """The LLC at every saved checkpoint, for every seed and localization; appends to ``llc.jsonl``.
@@ -169,7 +165,7 @@ def estimate_checkpoints(cfg: Config, workdir: str, data: dict, problem: loop.Pr
   key (per seed), so neighbouring checkpoints share their random numbers and their difference is less noisy.
   """
   path = os.path.join(workdir, "llc.jsonl")
-  rows = _read_rows(path)
+  rows = metrics_lib.read_jsonl(path)
   expected = cfg.num_seeds * len(cfg.localizations)
   done = {s for s in {r["step"] for r in rows} if sum(r["step"] == s for r in rows) == expected}
   rows = [r for r in rows if r["step"] in done]  # a torn checkpoint (killed mid-way) is redone
