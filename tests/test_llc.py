@@ -121,9 +121,22 @@ data, w_star = t._regression()
 settings = sgld.SGLDSettings(**t.SETTINGS)
 out = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), 4, 30, settings)
 again = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), 4, 30, settings)
+chi = t._susceptibilities(data, w_star)
 print(json.dumps({"devices": len(out["loss"].sharding.device_set), "loss": np.asarray(out["loss"]).tolist(),
-                  "same": bool(np.array_equal(out["loss"], again["loss"]))}))
+                  "same": bool(np.array_equal(out["loss"], again["loss"])), "chi": chi.tolist()}))
 """
+
+
+def _susceptibilities(data, w_star):
+  """Two components (all weights; the first only) and 3 probes: the component program sharded or not."""
+  from mechjax.slt import susceptibility as sus
+  per_sample = lambda p, b: 0.5 * (b["x"] @ p["w"] - b["y"]) ** 2
+  probes = jax.tree.map(lambda a: a[:3], data)
+  first = {"w": jnp.zeros(D).at[0].set(1.0)}
+  res = sus.estimate_susceptibilities(per_sample, w_star, data, probes, key=jax.random.PRNGKey(6),
+                                      components={"all": None, "first": first}, num_chains=4, num_draws=20,
+                                      **SETTINGS, eval_size=256)
+  return res.chi
 
 
 def test_chains_are_sharded_over_devices_and_agree_with_one_device():
@@ -137,3 +150,7 @@ def test_chains_are_sharded_over_devices_and_agree_with_one_device():
   assert len(single["loss"].sharding.device_set) == 1
   # Same key, same chains: only the rounding of the partitioned program differs.
   np.testing.assert_allclose(np.asarray(sharded["loss"]), np.asarray(single["loss"]), rtol=1e-5)
+  # The susceptibility program shards its chains the same way (components vmapped outside them).
+  chi = _susceptibilities(data, w_star)
+  assert np.abs(chi).max() > 0
+  np.testing.assert_allclose(np.asarray(sharded["chi"]), chi, rtol=1e-3, atol=1e-3 * np.abs(chi).max())

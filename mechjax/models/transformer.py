@@ -7,6 +7,8 @@ readout heads (for example token, depth and validity for Dyck) share a final RMS
 
 ``model.apply(params, tokens, return_sites=True)`` also returns ``{"resid_pre_0", "resid_mid_0",
 "resid_post_0", …}``, each ``(B, T, d_model)``: the activations the alignment pillar compares across seeds.
+``model.apply(params, tokens, mutable=["intermediates"])`` also returns every layer's attention pattern,
+``(B, heads, T_query, T_key)``, at ``["intermediates"]["attn_{l}"]["attention"][0]`` (see :func:`attention_patterns`).
 ``steer={site: v}`` adds ``v`` (``(d_model,)`` or anything broadcastable to ``(B, T, d_model)``) to the
 stream at that site, and everything downstream (later sites included) sees the steered stream.
 :func:`fold_rmsnorm_gains` moves every RMSNorm gain into the weights that read the normalised stream, which
@@ -43,6 +45,8 @@ class Attention(nn.Module):
     scores_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(h)
     causal = jnp.tril(jnp.ones((t, t), bool))
     weights = jax.nn.softmax(jnp.where(causal, scores_BxHxTxT, -1e30), axis=-1)
+    if not self.is_initializing():  # init must return params only
+      self.sow("intermediates", "attention", weights)  # (B, H, T_q, T_k); kept only with mutable=["intermediates"]
     z_BxTxHxd = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
     return nn.DenseGeneral(d, axis=(-2, -1), use_bias=False, name="out")(z_BxTxHxd)
 
@@ -89,6 +93,12 @@ class Transformer(nn.Module):
     normed = RMSNorm(name="norm_final")(x)
     outputs = {name: nn.Dense(size, use_bias=False, name=f"head_{name}")(normed) for name, size in self.heads}
     return (outputs, sites) if return_sites else outputs
+
+
+def attention_patterns(model: Transformer, params, tokens_BxT) -> jax.Array:
+  """Every layer's attention weights, ``(layers, B, heads, T_query, T_key)``."""
+  _, state = model.apply(params, tokens_BxT, mutable=["intermediates"])
+  return jnp.stack([state["intermediates"][f"attn_{l}"]["attention"][0] for l in range(model.num_layers)])
 
 
 def site_names(num_layers: int) -> list[str]:

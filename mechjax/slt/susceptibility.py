@@ -187,7 +187,9 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
   ``φ`` and ``ΔL``.
 
   The moments of ``(φ_C, ΔL)`` are streamed inside the scan (memory ``C × M`` per chain, whatever
-  ``num_draws``), and the components run in one program, vmapped over their masks.
+  ``num_draws``), and the components run in one program, vmapped over their masks. With several devices
+  and ``num_chains`` a multiple of their number, the chains are sharded over them as in
+  :func:`mechjax.slt.sgld.sample_chains`.
 
   Args:
     per_sample_loss: ``per_sample_loss(params, batch)`` returns one loss per sample, ``(B,)``, or per
@@ -224,7 +226,9 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
   probe_shape = tuple(jax.eval_shape(per_sample_loss, params, probes).shape)
   observe_data = {"eval": eval_data, "probes": probes, "extra": observable_data,
                   "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data))}
-  program = _components_program(per_sample_loss, num_burnin + num_draws, settings, num_burnin, observable)
+  ndev = len(jax.devices())
+  shards = ndev if ndev > 1 and num_chains % ndev == 0 else 1
+  program = _components_program(per_sample_loss, num_burnin + num_draws, settings, num_burnin, observable, shards)
   keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
   mom = jax.device_get(program(params, data, keys, masks, observe_data))  # leaves (C, chains, ...)
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
@@ -242,7 +246,8 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
 
 
 @functools.lru_cache(maxsize=16)
-def _components_program(per_sample_loss, num_steps: int, settings, stream_from: int, observable=None):
+def _components_program(per_sample_loss, num_steps: int, settings, stream_from: int, observable=None,
+                        shards: int = 1):
   from mechjax.slt import sgld
 
   loss_fn = lambda w, batch: jnp.mean(per_sample_loss(w, batch))
@@ -262,7 +267,14 @@ def _components_program(per_sample_loss, num_steps: int, settings, stream_from: 
       return jax.vmap(chain)(keys)
     return jax.vmap(component)(masks)
 
-  return jax.jit(run)
+  if shards == 1:
+    return jax.jit(run)
+  # As sgld.sample_chains: the chain axis (axis 1 of every output) is split over the devices.
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:shards]), ("chains",))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  by_chain = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("chains"))
+  out = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "chains"))
+  return jax.jit(run, in_shardings=(replicated, replicated, by_chain, replicated, replicated), out_shardings=out)
 
 
 def principal_directions(chi, num: int | None = None, center: bool = True) -> dict[str, np.ndarray]:

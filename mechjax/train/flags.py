@@ -28,6 +28,20 @@ from mechjax.train.workdir import WorkdirError
 
 FLAGS = flags.FLAGS
 
+
+def cpu_cores_as_devices() -> bool:
+  """Makes every CPU core a JAX device, so that SGLD chains are sharded over the cores
+  (:func:`mechjax.slt.sgld.sample_chains`): XLA runs one CPU device's elementwise work on one core. Call it
+  before JAX runs anything. Returns False, changing nothing, when JAX has already started (as in an
+  in-process test). Accelerator backends are not affected; single-device programs run as before."""
+  import jax  # local: flag parsing itself does not need JAX
+
+  try:
+    jax.config.update("jax_num_cpu_devices", os.cpu_count() or 1)
+  except RuntimeError:
+    return False
+  return True
+
 def positive_int(name: str, minimum: int = 1) -> None:
   flags.register_validator(name, lambda v: v is not None and v >= minimum, message=f"must be an integer >= {minimum}")
 
