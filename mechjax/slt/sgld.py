@@ -180,8 +180,7 @@ def sample_chains(loss_fn, params_star, data, key: jax.Array, num_chains: int, n
   if settings.batch_size > n:
     raise ValueError(f"batch_size={settings.batch_size} exceeds the {n} samples in data")
   keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
-  devices = jax.devices()
-  shards = len(devices) if len(devices) > 1 and num_chains % len(devices) == 0 else 1
+  shards = chain_shards(num_chains)
   if stream_from is not None and not (isinstance(stream_from, int) and 0 <= stream_from < num_steps):
     raise ValueError(f"stream_from must be an integer in [0, num_steps={num_steps}); got {stream_from!r}")
   program = _program(loss_fn, num_steps, settings, param_mask is not None, shards, observe, stream_from)
@@ -199,9 +198,24 @@ def _program(loss_fn, num_steps: int, settings: SGLDSettings, masked: bool, shar
                                    observe, observe_data, stream_from)
     return jax.vmap(chain)(keys)
 
+  return jit_over_chains(run, shards)
+
+
+def chain_shards(num_chains: int) -> int:
+  """Over how many devices the chain axis is split: all of them when there are several and their number
+  divides ``num_chains``, else 1."""
+  ndev = len(jax.devices())
+  return ndev if ndev > 1 and num_chains % ndev == 0 else 1
+
+
+def jit_over_chains(run: Callable, shards: int, chain_axis: int = 0):
+  """``jit(run)`` for ``run(params, data, keys, mask, observe_data)``: with ``shards > 1`` the chain keys and
+  axis ``chain_axis`` of every output are split over the first ``shards`` devices (a 1-D ``Mesh`` named
+  ``"chains"``), and everything else is replicated."""
   if shards == 1:
     return jax.jit(run)
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:shards]), ("chains",))
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  by_chain = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("chains"))
-  return jax.jit(run, in_shardings=(replicated, replicated, by_chain, replicated, replicated), out_shardings=by_chain)
+  sharding = lambda *spec: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+  replicated, by_chain = sharding(), sharding("chains")
+  return jax.jit(run, in_shardings=(replicated, replicated, by_chain, replicated, replicated),
+                 out_shardings=sharding(*([None] * chain_axis), "chains"))

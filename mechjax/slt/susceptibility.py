@@ -226,9 +226,8 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
   probe_shape = tuple(jax.eval_shape(per_sample_loss, params, probes).shape)
   observe_data = {"eval": eval_data, "probes": probes, "extra": observable_data,
                   "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data))}
-  ndev = len(jax.devices())
-  shards = ndev if ndev > 1 and num_chains % ndev == 0 else 1
-  program = _components_program(per_sample_loss, num_burnin + num_draws, settings, num_burnin, observable, shards)
+  program = _components_program(per_sample_loss, num_burnin + num_draws, settings, num_burnin, observable,
+                                sgld.chain_shards(num_chains))
   keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
   mom = jax.device_get(program(params, data, keys, masks, observe_data))  # leaves (C, chains, ...)
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
@@ -267,14 +266,7 @@ def _components_program(per_sample_loss, num_steps: int, settings, stream_from: 
       return jax.vmap(chain)(keys)
     return jax.vmap(component)(masks)
 
-  if shards == 1:
-    return jax.jit(run)
-  # As sgld.sample_chains: the chain axis (axis 1 of every output) is split over the devices.
-  mesh = jax.sharding.Mesh(np.array(jax.devices()[:shards]), ("chains",))
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  by_chain = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("chains"))
-  out = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "chains"))
-  return jax.jit(run, in_shardings=(replicated, replicated, by_chain, replicated, replicated), out_shardings=out)
+  return sgld.jit_over_chains(run, shards, chain_axis=1)  # outputs are (components, chains, ...)
 
 
 def principal_directions(chi, num: int | None = None, center: bool = True) -> dict[str, np.ndarray]:
