@@ -95,6 +95,18 @@ def test_train_writes_metrics_and_resumes_in_process(tmp_path):
     np.testing.assert_allclose(ra["train_loss"], rb["train_loss"], atol=1e-6)
     np.testing.assert_allclose(ra["err"], rb["err"], atol=1e-6)
 
+  # Extra checkpoints at irregular steps, run as power-of-two pieces: the same run, saved where asked.
+  extra = loop.train(problem, opt, keys=keys, steps=200, workdir=tmp_path / "c", log_every=50, checkpoint_every=100,
+                     progress=False, keep_checkpoints=None, checkpoint_steps=[2, 52], binary_chunks=True)
+  assert [r["step"] for r in extra.history] == [2, 50, 52, 100, 150, 200]  # pieces of 2, 16 and 32 steps
+  np.testing.assert_allclose(extra.state["params"]["w"], full.state["params"]["w"], atol=1e-6)
+  saved = loop.checkpoint_params(problem, opt, keys=keys, workdir=tmp_path / "c")
+  assert sorted(saved) == [2, 52, 100, 200]
+  np.testing.assert_allclose(saved[200]["w"], full.state["params"]["w"], atol=1e-6)
+  with pytest.raises(FileNotFoundError, match=r"no checkpoint for steps \[8\]"):
+    loop.checkpoint_params(problem, opt, keys=keys, workdir=tmp_path / "c", steps=[2, 8])
+  # (initial_params, for fine-tuning, is tested by the backdoor experiment's end-to-end test.)
+
 
 def test_nan_guard_names_step_and_seed_and_keeps_last_checkpoint(tmp_path):
   problem = linear_problem()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -62,10 +62,11 @@ def seed_keys(seed: int, num_seeds: int) -> jax.Array:
   return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_seeds))
 
 
-def init_state(problem: Problem, optimizer: optax.GradientTransformation, key: jax.Array) -> State:
-  """The initial state of one seed (vmap it over :func:`seed_keys` for many)."""
+def init_state(problem: Problem, optimizer: optax.GradientTransformation, key: jax.Array, params: Params = None) -> State:
+  """The initial state of one seed (vmap it over :func:`seed_keys` for many); ``params`` replaces
+  ``problem.init`` (fine-tuning starts from given weights with a fresh optimizer state)."""
   k_init, k_train, k_eval = jax.random.split(key, 3)
-  params = problem.init(k_init)
+  params = problem.init(k_init) if params is None else params
   return {
       "params": params,
       "opt_state": optimizer.init(params),
@@ -124,13 +125,15 @@ def make_chunk_fn(problem: Problem, optimizer: optax.GradientTransformation, *, 
   return jax.jit(chunk_v, static_argnums=1, donate_argnums=0 if donate else ())
 
 
-def chunk_ends(start: int, steps: int, log_every: int, checkpoint_every: int) -> list[int]:
-  """Steps after ``start`` where a chunk ends: multiples of ``log_every`` or ``checkpoint_every``, and ``steps``.
+def chunk_ends(start: int, steps: int, log_every: int, checkpoint_every: int, extra: Sequence[int] = ()) -> list[int]:
+  """Steps after ``start`` where a chunk ends: multiples of ``log_every`` or ``checkpoint_every``, the
+  ``extra`` steps (within ``(0, steps]``), and ``steps``.
 
   The ends depend only on the flags, not on ``start``, so a resumed run cuts the remaining steps exactly
   as the uninterrupted run did (its logged metrics, chunk means included, are the same).
   """
   ends = set(range(log_every, steps, log_every)) | set(range(checkpoint_every, steps, checkpoint_every)) | {steps}
+  ends |= {int(e) for e in extra if 0 < e <= steps}
   return sorted(e for e in ends if e > start)
 
 
@@ -154,6 +157,9 @@ def train(
     progress: bool = True,
     summarize: Callable[[dict], str] | None = None,
     keep_checkpoints: int | None = 2,
+    checkpoint_steps: Sequence[int] = (),
+    initial_params: Params = None,
+    binary_chunks: bool = False,
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
@@ -161,7 +167,12 @@ def train(
   Every chunk end writes a line of per-seed metrics to ``workdir/metrics.jsonl``: the chunk means of the
   per-step metrics, prefixed ``train_``, and the ``evaluate`` metrics. Checkpoints are saved at multiples
   of ``checkpoint_every`` and at ``steps``; the latest ``keep_checkpoints`` are kept (all of them with None,
-  for studies that analyse every checkpoint afterwards).
+  for studies that analyse every checkpoint afterwards). ``checkpoint_steps`` adds checkpoints (and chunk
+  ends, hence metric rows) at those steps, e.g. a power schedule. ``initial_params`` (with the seed axis)
+  starts from given weights instead of ``problem.init``, with a fresh optimizer state: fine-tuning.
+  ``binary_chunks`` runs each chunk as pieces of power-of-two lengths (:func:`binary_pieces`): a chunk's
+  length is static in the compiled program, so irregular chunk ends (``checkpoint_steps``) would otherwise
+  compile one program per distinct length.
 
   Raises:
     NonFiniteError: a loss or a parameter became non-finite. Nothing from the bad chunk is written, and
@@ -169,7 +180,10 @@ def train(
   """
   workdir = os.fspath(workdir)
   writer = metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run)
-  init_fn = jax.jit(jax.vmap(functools.partial(init_state, problem, optimizer)))
+  if initial_params is None:
+    init_fn = jax.jit(jax.vmap(functools.partial(init_state, problem, optimizer)))
+  else:
+    init_fn = jax.jit(lambda keys: jax.vmap(functools.partial(init_state, problem, optimizer))(keys, initial_params))
   abstract_state = jax.eval_shape(init_fn, keys)
 
   with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints) as checkpointer:
@@ -188,19 +202,35 @@ def train(
     chunk_fn = make_chunk_fn(problem, optimizer)
     bar = Progress(run, steps, start, enabled=progress)
     step = start
-    for end in chunk_ends(start, steps, log_every, checkpoint_every):
-      state, per_step, end_metrics = chunk_fn(state, end - step)
-      per_step, end_metrics = jax.device_get((per_step, end_metrics))
+    saves = {int(e) for e in checkpoint_steps}
+    for end in chunk_ends(start, steps, log_every, checkpoint_every, saves):
+      pieces = binary_pieces(end - step, log_every) if binary_chunks else [end - step]
+      per_steps = []
+      for n in pieces:
+        state, per_step, end_metrics = chunk_fn(state, n)
+        per_steps.append(per_step)
+      per_step = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *jax.device_get(per_steps))
+      end_metrics = jax.device_get(end_metrics)
       _check_finite(per_step["loss"], end_metrics.pop("params_finite"), first_step=step + 1, run=run,
                     last_good=checkpointer.latest_step())
       row = {f"train_{k}": np.mean(v, axis=1) for k, v in per_step.items()}
       row.update(end_metrics)
       row = writer.write(end, row)
       step = end
-      if end % checkpoint_every == 0 or end == steps:
+      if end % checkpoint_every == 0 or end == steps or end in saves:
         checkpointer.save(end, state)
       bar.update(end, summarize(row) if summarize else f"loss {np.mean(row['train_loss']):.4f}")
   return TrainResult(state, writer.history(), resumed_from)
+
+
+def binary_pieces(n: int, cap: int) -> list[int]:
+  """``n`` as a sum of powers of two, none above the largest power of two ``<= cap``, largest first:
+  every chunk of any length is then run by at most ``log2(cap) + 1`` distinct compiled programs."""
+  top = 1 << max(0, int(cap).bit_length() - 1)
+  pieces = [top] * (n // top)
+  rest = n % top
+  pieces += [1 << b for b in range(rest.bit_length() - 1, -1, -1) if rest >> b & 1]
+  return pieces
 
 
 def first_nonfinite(values_SxT: np.ndarray) -> tuple[int, int] | None:
@@ -226,3 +256,16 @@ def _check_finite(loss_SxT: np.ndarray, params_finite_S: np.ndarray, *, first_st
     raise NonFiniteError(
         f"non-finite parameters after step {first_step + loss_SxT.shape[1] - 1} (seed {seed}) in run '{run}'; "
         f"training stopped, {kept}")
+
+
+def checkpoint_params(problem: Problem, optimizer: optax.GradientTransformation, *, keys: jax.Array,
+                      workdir: str | os.PathLike, run: str = "main", steps: Sequence[int] | None = None) -> dict[int, Params]:
+  """The (seed-stacked) params saved by :func:`train` at ``steps`` (all committed steps by default), by step."""
+  abstract = jax.eval_shape(jax.vmap(functools.partial(init_state, problem, optimizer)), keys)
+  with ckpt_lib.Checkpointer(os.path.join(os.fspath(workdir), "checkpoints", run), max_to_keep=None) as ck:
+    available = ck.all_steps()
+    wanted = available if steps is None else [int(s) for s in steps]
+    missing = sorted(set(wanted) - set(available))
+    if missing:
+      raise FileNotFoundError(f"no checkpoint for steps {missing} of run '{run}' in {workdir}; saved: {available}")
+    return {s: ck.restore(abstract, s)["params"] for s in wanted}
