@@ -1,0 +1,385 @@
+"""Tensor similarity: a weight-space similarity of bilinear networks that respects their symmetries.
+
+Cohen, Wroe, Riggs Smith, Albuquerque, Nissen Gonzalez & Dooms (2026), "When are two networks the same?
+Tensor similarity for mechanistic interpretability", arXiv:2605.15183.
+
+Networks are lists in the weight format of :mod:`mechjax.models.bilinear`: linear layers ``{"weight": W}``
+and bilinear layers ``{"left": L, "right": R, "out": D}``, ``y = D[(L x) ⊙ (R x)]``.
+
+**Which tensor.** A network with ``n`` bilinear layers is a polynomial of degree ``2ⁿ``; its weights
+contract to a tensor ``T`` with one output index and ``2ⁿ`` input indices, ``f(x) = T(x, …, x)``. For one
+layer, ``B_kij = Σ_h D_kh L_hi R_hj``. The tensor used here is *node-wise symmetrised*: every bilinear node
+is replaced by the average of itself and its ``L ↔ R`` swap, ``B^s = ½(B + B^{ᵀij})``, so the two input
+sub-trees of each node are exchangeable. With one bilinear layer that is the full symmetrisation, and
+``f`` determines ``B^s``. At depth ≥ 2 it is *not* the full symmetrisation over all ``2ⁿ`` input slots:
+two networks can compute the same polynomial with different node-wise tensors (for example a residual
+block against an unrolled copy of it), and then their similarity is below 1. What holds at every depth:
+
+* the similarity is invariant to the weight symmetries: hidden-unit permutations, per-unit rescaling
+  ``(l, r, d) → (a·l, b·r, d/(ab))``, the ``L ↔ R`` swap of any unit, and any invertible change of basis
+  between layers that the next layer undoes (a residual-stream rotation, embedding and head included);
+* it is 1 only if the two node-wise tensors are proportional, hence only if the two functions are equal
+  up to a positive factor (cosine similarity ignores scale; :func:`tensor_inner` does not).
+
+**The Gram recursion** computes ``⟨T_a, T_b⟩`` without the ``(in)^{2ⁿ}`` tensor: with ``G₀ = I``,
+
+* a linear layer: ``G ← W_a G W_bᵀ``;
+* a bilinear layer: ``G ← D_a [½((L_a G L_bᵀ) ⊙ (R_a G R_bᵀ) + (L_a G R_bᵀ) ⊙ (R_a G L_bᵀ))] D_bᵀ``
+  (``symmetrize=False`` keeps only the first product: the unsymmetrised tensor);
+* ``⟨T_a, T_b⟩ = tr G``, and the per-output slice ``⟨T_a[k], T_b[k]⟩ = G_kk``.
+
+A layer costs ``O(h_a h_b (d_a + d_b) + o_a o_b (h_a + h_b))``. Since the degree doubles at each bilinear
+layer, ``G`` is carried as ``exp(c) · Ĝ`` with ``max |Ĝ| = 1`` and the log-scale ``c`` doubling through
+each bilinear layer, so deep or wide networks neither overflow nor underflow.
+
+**Gaussian inputs.** For independent copies ``x₁ … x_{2ⁿ} ~ N(0, I)``, ``E⟨T_a(x₁, …), T_b(x₁, …)⟩ =
+⟨T_a, T_b⟩`` exactly at every depth (the multilinear identity; :func:`multilinear_apply`). For the *same*
+input ``x ~ N(0, I)`` in every slot, ``measure="gaussian"`` gives ``E_x⟨f_a(x), f_b(x)⟩`` exactly for
+networks with one bilinear layer (linear layers around it are folded in): by Isserlis,
+``E⟨f_a, f_b⟩ = 2⟨B_a^s, B_b^s⟩ + ⟨t_a, t_b⟩`` with ``t_k = tr Q_k = E f_k``, plus the linear and constant
+terms when the input is ``[1; x]`` (``constant=True``). At depth ≥ 2 the same-input expectation is an
+8-fold (and higher) Gaussian moment with no cheap closed form; it is refused rather than approximated
+(:func:`monte_carlo_inner` estimates it).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mechjax.models import bilinear as bl
+
+MEASURES = ("frobenius", "gaussian")
+
+
+def _networks(a, b) -> tuple[bl.Network, bl.Network]:
+  a, b = bl.validate(a), bl.validate(b)
+  if bl.input_dim(a) != bl.input_dim(b) or bl.output_dim(a) != bl.output_dim(b):
+    raise ValueError(f"the two networks must share input and output widths; got {bl.input_dim(a)}→"
+                     f"{bl.output_dim(a)} and {bl.input_dim(b)}→{bl.output_dim(b)}")
+  return a, b
+
+
+def _bilinear_core(la, ra, lb, rb, g, symmetrize):
+  ll = la @ g @ lb.T
+  rr = ra @ g @ rb.T
+  if not symmetrize:
+    return ll * rr
+  return 0.5 * (ll * rr + (la @ g @ rb.T) * (ra @ g @ lb.T))
+
+
+def log_gram(a, b, *, symmetrize: bool = True) -> tuple[jax.Array, jax.Array]:
+  """``(c, Ĝ)`` with ``G = exp(c) · Ĝ`` the final ``(o_a, o_b)`` Gram matrix of the recursion (module doc).
+
+  ``⟨T_a, T_b⟩ = exp(c) tr Ĝ``; ``exp(c) Ĝ_kk`` is the inner product of the output-``k`` slices.
+  """
+  a, b = _networks(a, b)
+  kinds_a, kinds_b = [bl.layer_kind(x) for x in a], [bl.layer_kind(x) for x in b]
+  if kinds_a != kinds_b:
+    raise ValueError("the recursion pairs layer i of one network with layer i of the other, so the two must have "
+                     f"the same sequence of layer kinds; got {kinds_a} and {kinds_b}")
+  dt = jnp.result_type(*[jnp.asarray(v).dtype for layer in a + b for v in layer.values()], jnp.float32)
+  cast = lambda net: [{k: jnp.asarray(v, dt) for k, v in layer.items()} for layer in net]
+  return _log_gram(cast(a), cast(b), symmetrize)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _log_gram(a, b, symmetrize):
+  dt = jax.tree.leaves(a)[0].dtype
+  g = jnp.eye(bl.input_dim(a), dtype=dt)
+  c = jnp.zeros((), dt)
+  for la_, lb_ in zip(a, b):
+    if "weight" in la_:
+      g = la_["weight"] @ g @ lb_["weight"].T
+    else:
+      la, ra, da = (la_[k] for k in bl.BILINEAR_KEYS)
+      lb, rb, db = (lb_[k] for k in bl.BILINEAR_KEYS)
+      g = da @ _bilinear_core(la, ra, lb, rb, g, symmetrize) @ db.T
+      c = 2.0 * c
+    s = jnp.max(jnp.abs(g))
+    s = jnp.where(s > 0, s, 1.0)
+    g = g / s
+    c = c + jnp.log(s)
+  return c, g
+
+
+def _from_log(c, x):
+  return jnp.exp(c) * x
+
+
+def tensor_inner(a, b, *, measure: str = "frobenius", symmetrize: bool = True, constant: bool = False) -> jax.Array:
+  """``⟨T_a, T_b⟩``: the inner product of the two networks' (node-wise symmetrised) tensors.
+
+  ``measure="frobenius"``: the Frobenius inner product, via the Gram recursion at any depth.
+  ``measure="gaussian"``: ``E_x⟨f_a(x), f_b(x)⟩`` for ``x ~ N(0, I)`` (the input is ``[1; x]`` with
+  ``constant=True``); exact, and only for networks with one bilinear layer (module doc).
+  May overflow for very deep or large networks; :func:`log_gram` and :func:`tensor_similarity` do not.
+  """
+  if measure == "frobenius":
+    c, g = log_gram(a, b, symmetrize=symmetrize)
+    return _from_log(c, jnp.trace(g))
+  if measure == "gaussian":
+    return gaussian_inner(a, b, constant=constant)
+  raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
+
+
+def fold_single_bilinear(layers) -> bl.Layer:
+  """A network with exactly one bilinear layer as that one layer, the linear layers folded into it."""
+  layers = bl.validate(layers)
+  kinds = [bl.layer_kind(x) for x in layers]
+  if kinds.count("bilinear") != 1:
+    raise ValueError(f"the exact Gaussian inner product needs exactly one bilinear layer (linear layers around it "
+                     f"are folded in); got layer kinds {kinds}. At depth >= 2 use measure='frobenius' (the "
+                     "independent-copies expectation) or monte_carlo_inner")
+  i = kinds.index("bilinear")
+  pre = jnp.eye(bl.input_dim(layers))
+  for x in layers[:i]:
+    pre = jnp.asarray(x["weight"]) @ pre
+  post = None
+  for x in layers[i + 1:]:
+    post = jnp.asarray(x["weight"]) if post is None else jnp.asarray(x["weight"]) @ post
+  lay = layers[i]
+  out = jnp.asarray(lay["out"]) if post is None else post @ jnp.asarray(lay["out"])
+  return {"left": jnp.asarray(lay["left"]) @ pre, "right": jnp.asarray(lay["right"]) @ pre, "out": out}
+
+
+def _sym_frobenius_single(la, ra, da, lb, rb, db):
+  core = _bilinear_core(la, ra, lb, rb, jnp.eye(la.shape[1], dtype=la.dtype), True)
+  return jnp.sum(core * (da.T @ db))
+
+
+def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
+  """``E_x⟨f_a(x), f_b(x)⟩``, ``x ~ N(0, I)``, for networks with one bilinear layer (Isserlis).
+
+  Writing each output as ``f_k = c_k + b_k·x + xᵀQ_k x`` (``c = b = 0`` unless ``constant``, when the
+  network reads ``[1; x]``): ``E f_a f_b = Σ_k [2 tr(Q_ak^s Q_bk^s) + tr Q_ak tr Q_bk + b_ak·b_bk +
+  c_ak c_bk + c_ak tr Q_bk + c_bk tr Q_ak]``. Nothing of size ``d²·o`` is formed.
+  """
+  a, b = _networks(a, b)
+  fa, fb = fold_single_bilinear(a), fold_single_bilinear(b)
+  parts = []
+  for f in (fa, fb):
+    left, right, d = f["left"], f["right"], f["out"]
+    if constant:
+      l0, r0, lx, rx = left[:, 0], right[:, 0], left[:, 1:], right[:, 1:]
+      const = d @ (l0 * r0)
+      lin = d @ (l0[:, None] * rx + r0[:, None] * lx)
+    else:
+      lx, rx = left, right
+      const = jnp.zeros(d.shape[0], left.dtype)
+      lin = jnp.zeros((d.shape[0], left.shape[1]), left.dtype)
+    trace = d @ jnp.sum(lx * rx, axis=1)
+    parts.append((lx, rx, d, const, lin, trace))
+  (lxa, rxa, da, ca, ba, ta), (lxb, rxb, db, cb, bb, tb) = parts
+  quad = 2.0 * _sym_frobenius_single(lxa, rxa, da, lxb, rxb, db)
+  return quad + ta @ tb + jnp.sum(ba * bb) + ca @ cb + ca @ tb + cb @ ta
+
+
+def _cosine_from_logs(cab, gab, caa, gaa, cbb, gbb):
+  """``x_ab / sqrt(x_aa x_bb)`` from log-scaled values, without leaving log space."""
+  return gab / jnp.sqrt(jnp.abs(gaa * gbb)) * jnp.exp(cab - 0.5 * (caa + cbb))
+
+
+def tensor_similarity(a, b, *, measure: str = "frobenius", symmetrize: bool = True, constant: bool = False) -> jax.Array:
+  """``⟨T_a, T_b⟩ / (‖T_a‖ ‖T_b‖)``, in ``[-1, 1]``; 1 iff the tensors are positively proportional."""
+  if measure == "gaussian":
+    ab, aa, bb = (gaussian_inner(x, y, constant=constant) for x, y in ((a, b), (a, a), (b, b)))
+    return ab / jnp.sqrt(aa * bb)
+  if measure != "frobenius":
+    raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
+  (cab, gab), (caa, gaa), (cbb, gbb) = (log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b)))
+  return _cosine_from_logs(cab, jnp.trace(gab), caa, jnp.trace(gaa), cbb, jnp.trace(gbb))
+
+
+def slice_similarity(a, b, *, symmetrize: bool = True) -> jax.Array:
+  """Per-output tensor similarity: entry ``k`` compares the output-``k`` slices ``T_a[k]`` and ``T_b[k]``
+  (for a classifier, how alike the two networks compute class ``k``'s logit). Shape ``(o,)``."""
+  (cab, gab), (caa, gaa), (cbb, gbb) = (log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b)))
+  return _cosine_from_logs(cab, jnp.diag(gab), caa, jnp.diag(gaa), cbb, jnp.diag(gbb))
+
+
+def similarity_matrix(networks: Sequence[bl.Network], *, symmetrize: bool = True, slice_index: int | None = None) -> np.ndarray:
+  """Tensor similarity between every pair of ``networks`` (each Gram computed once), ``(K, K)``.
+
+  With ``slice_index`` the entries compare that output slice only. The networks must share one structure
+  (layer kinds and shapes), as checkpoints of one run do; the pairs are one vmapped program.
+  """
+  nets = [bl.validate(n) for n in networks]
+  stacked = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *nets)
+  k = len(nets)
+  ii, jj = np.triu_indices(k)
+
+  def pair(stacked, i, j):
+    pick = lambda t, n: jax.tree.map(lambda x: x[n], t)
+    c, g = log_gram(pick(stacked, i), pick(stacked, j), symmetrize=symmetrize)
+    v = jnp.trace(g) if slice_index is None else g[slice_index, slice_index]
+    return c, v
+
+  c, v = jax.jit(jax.vmap(pair, in_axes=(None, 0, 0)))(stacked, jnp.asarray(ii), jnp.asarray(jj))
+  c, v = np.asarray(c, np.float64), np.asarray(v, np.float64)
+  logs = np.zeros((k, k))
+  vals = np.zeros((k, k))
+  logs[ii, jj], vals[ii, jj] = c, v
+  logs[jj, ii], vals[jj, ii] = c, v
+  d_log, d_val = np.diag(logs), np.diag(vals)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    return vals / np.sqrt(np.abs(np.outer(d_val, d_val))) * np.exp(logs - 0.5 * (d_log[:, None] + d_log[None, :]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Independent input copies and Monte Carlo.
+
+
+def multilinear_apply(layers, xs, *, symmetrize: bool = True) -> jax.Array:
+  """``T(x₁, …, x_m)``: the network's node-wise tensor on ``m = 2ⁿ`` separate inputs ``xs`` of shape
+  ``(m, ..., in)`` (``n`` bilinear layers). With all copies equal this is ``f(x)``."""
+  layers = bl.validate(layers)
+  m = 2 ** bl.num_bilinear(layers)
+  if xs.shape[0] != m:
+    raise ValueError(f"a network with {bl.num_bilinear(layers)} bilinear layers takes {m} input copies; got "
+                     f"{xs.shape[0]} (xs has shape {xs.shape})")
+  hs = [x for x in xs]  # one activation per group of copies
+  for layer in layers:
+    if "weight" in layer:
+      hs = [h @ jnp.asarray(layer["weight"]).T for h in hs]
+      continue
+    left, right, out = (jnp.asarray(layer[k]) for k in bl.BILINEAR_KEYS)
+    new = []
+    for u, v in zip(hs[0::2], hs[1::2]):
+      prod = (u @ left.T) * (v @ right.T)
+      if symmetrize:
+        prod = 0.5 * (prod + (v @ left.T) * (u @ right.T))
+      new.append(prod @ out.T)
+    hs = new
+  return hs[0]
+
+
+def monte_carlo_inner(a, b, key: jax.Array, num_samples: int, *, independent_copies: bool = False,
+                      constant: bool = False, batch: int = 4096) -> tuple[float, float]:
+  """Monte-Carlo ``E⟨f_a(x), f_b(x)⟩`` over ``x ~ N(0, I)`` (or, with ``independent_copies``, of the
+  multilinear forms on independent copies, whose mean is exactly ``⟨T_a, T_b⟩``). Returns (mean, s.e.)."""
+  a, b = _networks(a, b)
+  d = bl.input_dim(a) - (1 if constant else 0)
+  m = 2 ** max(bl.num_bilinear(a), bl.num_bilinear(b)) if independent_copies else 1
+  if independent_copies and bl.num_bilinear(a) != bl.num_bilinear(b):
+    raise ValueError("independent copies need the same number of bilinear layers in both networks")
+
+  @jax.jit
+  def chunk(k):
+    x = jax.random.normal(k, (m, batch, d), jnp.result_type(float))
+    if constant:
+      x = jnp.concatenate([jnp.ones((m, batch, 1), x.dtype), x], axis=-1)
+    if independent_copies:
+      fa, fb = multilinear_apply(a, x), multilinear_apply(b, x)
+    else:
+      fa, fb = bl.apply_layers(a, x[0]), bl.apply_layers(b, x[0])
+    return jnp.sum(fa * fb, axis=-1)
+
+  chunks = math.ceil(num_samples / batch)
+  vals = np.concatenate([np.asarray(chunk(k)) for k in jax.random.split(key, chunks)])[:num_samples]
+  return float(vals.mean()), float(vals.std(ddof=1) / np.sqrt(len(vals)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Brute force (small sizes only), for checks and the benchmark.
+
+
+def materialize(layers, *, symmetrize: bool = True) -> jax.Array:
+  """The node-wise tensor itself, shape ``(out, in, …, in)`` with ``2ⁿ`` input axes. Exponential in depth."""
+  return _materialize(bl.validate(layers), symmetrize)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _materialize(layers, symmetrize):
+  t = jnp.eye(bl.input_dim(layers), dtype=jax.tree.leaves(layers)[0].dtype)  # (width, in^m), flattened
+  m = 1
+  for layer in layers:
+    if "weight" in layer:
+      t = jnp.asarray(layer["weight"]) @ t
+      continue
+    left, right, out = (jnp.asarray(layer[k]) for k in bl.BILINEAR_KEYS)
+    lt, rt = left @ t, right @ t  # (h, N) with N = in^m
+    prod = jnp.einsum("hI,hJ->hIJ", lt, rt)
+    if symmetrize:
+      prod = 0.5 * (prod + jnp.swapaxes(prod, 1, 2))
+    t = out @ prod.reshape(prod.shape[0], -1)
+    m *= 2
+  return t.reshape((t.shape[0],) + (bl.input_dim(layers),) * m)
+
+
+def brute_force_inner(a, b, *, symmetrize: bool = True) -> jax.Array:
+  """``⟨T_a, T_b⟩`` from the materialised tensors."""
+  a, b = _networks(a, b)
+  return _brute_force_inner(a, b, symmetrize)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _brute_force_inner(a, b, symmetrize):
+  return jnp.vdot(_materialize(a, symmetrize), _materialize(b, symmetrize))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Baselines.
+
+
+def weight_cosine(a, b) -> jax.Array:
+  """Cosine between the two networks' flattened weights (layer by layer, in order). Depends on the basis:
+  a hidden-unit permutation alone changes it."""
+  a, b = bl.validate(a), bl.validate(b)
+  fa = [jnp.ravel(jnp.asarray(v)) for layer in a for _, v in sorted(layer.items())]
+  fb = [jnp.ravel(jnp.asarray(v)) for layer in b for _, v in sorted(layer.items())]
+  if [x.shape for x in fa] != [x.shape for x in fb]:
+    raise ValueError("weight cosine needs networks of identical shapes; got "
+                     f"{[x.shape for x in fa]} and {[x.shape for x in fb]}")
+  va, vb = jnp.concatenate(fa), jnp.concatenate(fb)
+  return va @ vb / (jnp.linalg.norm(va) * jnp.linalg.norm(vb))
+
+
+def output_cosine(ya: jax.Array, yb: jax.Array, *, center: bool = False) -> jax.Array:
+  """Behavioural similarity: cosine between two networks' outputs ``(N, o)`` on the same inputs, flattened.
+
+  ``center=True`` subtracts each input's mean logit first (softmax ignores that shift)."""
+  if ya.shape != yb.shape:
+    raise ValueError(f"outputs must have the same shape (N, o); got {ya.shape} and {yb.shape}")
+  if center:
+    ya = ya - ya.mean(-1, keepdims=True)
+    yb = yb - yb.mean(-1, keepdims=True)
+  ya, yb = ya.reshape(-1), yb.reshape(-1)
+  return ya @ yb / (jnp.linalg.norm(ya) * jnp.linalg.norm(yb))
+
+
+def cosine_matrix(vectors_KxN: jax.Array) -> np.ndarray:
+  """Pairwise cosines of the rows (``(K, N)``, any ``N``), ``(K, K)``: weight or output cosine of many
+  checkpoints at once."""
+  v = jnp.asarray(vectors_KxN).reshape(vectors_KxN.shape[0], -1)
+  v = v / jnp.linalg.norm(v, axis=1, keepdims=True)
+  return np.asarray(v @ v.T)
+
+
+def cka_matrix(acts_KxNxD: jax.Array) -> np.ndarray:
+  """Linear CKA (:func:`mechjax.similarity.representational.linear_cka`) between every pair of ``K``
+  activation sets on the same ``N`` inputs, ``(K, K)``.
+
+  All pairs come from one ``(K·D) × (K·D)`` cross-covariance of the centred activations, so the cost is
+  one matrix product, not ``K²`` of them.
+  """
+  acts = jnp.asarray(acts_KxNxD)
+  if acts.ndim != 3:
+    raise ValueError(f"activations must be (K, N, D); got shape {acts.shape}")
+  return np.asarray(_cka_matrix(acts))
+
+
+@jax.jit
+def _cka_matrix(acts):
+  k, n, d = acts.shape
+  x = acts - acts.mean(axis=1, keepdims=True)
+  x = jnp.transpose(x, (1, 0, 2)).reshape(n, k * d)
+  c = (x.T @ x).reshape(k, d, k, d)
+  hsic = jnp.sum(c**2, axis=(1, 3))  # ‖X̄_iᵀX̄_j‖²_F
+  norms = jnp.sqrt(jnp.diag(hsic))
+  return hsic / jnp.outer(norms, norms)
