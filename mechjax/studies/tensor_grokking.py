@@ -1,0 +1,255 @@
+"""Tensor similarity across grokking: does the weight-space measure track behaviour through a phase change?
+
+Modular addition ``(a + b) mod P`` with one-hot inputs ``[e_a; e_b] ∈ ℝ^{2P}``, learned by
+``Bilinear(2P → hidden, no bias, no projection) → Linear(hidden → P)``, the setting of Cohen et al. (2026,
+arXiv:2605.15183, §grokking), itself after Nanda et al. (2023). AdamW with strong weight decay on a 30%
+training split memorises first and generalises much later.
+
+Checkpoints are saved on a power schedule ``t_k = round(steps · (k/K)^power)`` (denser early, where the
+weights move fastest), plus the initialisation. Between every pair of checkpoints of a seed:
+
+* **tensor similarity** of the two networks (:func:`mechjax.similarity.tensor.similarity_matrix`);
+* **logit cosine**: the cosine between their logits on all ``P²`` inputs, flattened (behaviour);
+* **weight cosine**: the cosine between their flattened parameters (naive, basis-dependent);
+* **CKA**: linear CKA of the hidden products ``(Lx) ⊙ (Rx)`` on all ``P²`` inputs.
+
+The headline is the Pearson r between tensor similarity and logit cosine over all checkpoint pairs
+(``i < j``); the paper reports 0.998. Phases are read off the logged accuracies: *memorisation* ends at the
+first step with train accuracy ≥ 0.99, *generalisation* at the first with test accuracy ≥ 0.99.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from mechjax import plotting
+from mechjax.models import bilinear as bl
+from mechjax.similarity import tensor as ts
+from mechjax.train import loop
+from mechjax.train import metrics as metrics_lib
+
+RUN = "grokking"
+MEASURES = ("tensor", "logit_cosine", "weight_cosine", "cka")
+LABELS = {"tensor": "tensor similarity", "logit_cosine": "logit cosine (all P² inputs)",
+          "weight_cosine": "weight cosine", "cka": "CKA of hidden products"}
+THRESHOLD = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  p: int = 113
+  hidden: int = 64
+  train_fraction: float = 0.3
+  learning_rate: float = 1e-3
+  weight_decay: float = 0.3
+  batch_size: int = 512
+  steps: int = 25_000
+  num_checkpoints: int = 48
+  checkpoint_power: float = 2.0
+  seed: int = 0
+  num_seeds: int = 4
+  log_every: int = 250
+
+
+def model_of(cfg: Config) -> nn.Module:
+  return nn.Sequential([bl.Bilinear(cfg.hidden, project=False), bl.Linear(cfg.p)])
+
+
+def split(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
+  """Indices ``a·P + b`` of the training and test pairs (a fixed split, drawn from ``cfg.seed``)."""
+  perm = np.random.default_rng(cfg.seed).permutation(cfg.p**2)
+  n_train = int(round(cfg.train_fraction * cfg.p**2))
+  if not 0 < n_train < cfg.p**2:
+    raise ValueError(f"train_fraction {cfg.train_fraction} leaves an empty training or test set for P = {cfg.p}")
+  return np.sort(perm[:n_train]), np.sort(perm[n_train:])
+
+
+def inputs(p: int, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """One-hot ``[e_a; e_b]`` and the label ``(a + b) mod P`` of pair indices ``idx = a·P + b``."""
+  a, b = idx // p, idx % p
+  x = jnp.concatenate([jax.nn.one_hot(a, p), jax.nn.one_hot(b, p)], axis=-1)
+  return x, (a + b) % p
+
+
+def _ce_acc(logits, y):
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+  return ce, jnp.mean(jnp.argmax(logits, -1) == y)
+
+
+def make_problem(cfg: Config) -> loop.Problem:
+  model = model_of(cfg)
+  train_idx, test_idx = (jnp.asarray(i) for i in split(cfg))
+
+  def init(key):
+    return model.init(key, jnp.zeros((1, 2 * cfg.p)))
+
+  def loss(params, key):
+    idx = train_idx[jax.random.randint(key, (cfg.batch_size,), 0, train_idx.shape[0])]
+    x, y = inputs(cfg.p, idx)
+    ce, acc = _ce_acc(model.apply(params, x), y)
+    return ce, {"acc": acc}
+
+  def evaluate(params, key):
+    del key
+    out = {}
+    for name, idx in (("train", train_idx), ("test", test_idx)):
+      x, y = inputs(cfg.p, idx)
+      out[f"{name}_loss"], out[f"{name}_acc"] = _ce_acc(model.apply(params, x), y)
+    return out
+
+  return loop.Problem(init=init, loss=loss, evaluate=evaluate)
+
+
+def make_optimizer(cfg: Config) -> optax.GradientTransformation:
+  return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+
+def checkpoint_schedule(steps: int, num: int, power: float) -> list[int]:
+  """``round(steps · (k/num)^power)`` for ``k = 1..num``, deduplicated (always ends at ``steps``)."""
+  ks = np.arange(1, num + 1) / num
+  return sorted({max(1, int(round(steps * k**power))) for k in ks})
+
+
+def first_step(history: list[dict], key: str, seed: int, threshold: float = THRESHOLD) -> int | None:
+  for row in history:
+    if np.asarray(row[key])[seed] >= threshold:
+      return int(row["step"])
+  return None
+
+
+def analyze_seed(cfg: Config, params_by_step: dict[int, dict], seed: int) -> dict[str, np.ndarray]:
+  """The four ``(K, K)`` similarity matrices between the checkpoints of one seed."""
+  model = model_of(cfg)
+  steps = sorted(params_by_step)
+  params = [jax.tree.map(lambda a: a[seed], params_by_step[s]) for s in steps]
+  nets = [bl.to_layers(model, p) for p in params]
+  all_x, _ = inputs(cfg.p, jnp.arange(cfg.p**2))
+  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *params)
+  logits = jax.jit(jax.vmap(lambda p: model.apply(p, all_x)))(stacked)
+  first = model.layers[0]
+  hidden = jax.jit(jax.vmap(lambda p: first.apply({"params": p["params"]["layers_0"]}, all_x,
+                                                  method=bl.Bilinear.hidden_activations)))(stacked)
+  flat = jnp.stack([jnp.concatenate([jnp.ravel(v) for v in jax.tree.leaves(p)]) for p in params])
+  return {
+      "tensor": ts.similarity_matrix(nets),
+      "logit_cosine": ts.cosine_matrix(logits),
+      "weight_cosine": ts.cosine_matrix(flat),
+      "cka": ts.cka_matrix(hidden),
+  }
+
+
+def pearson_upper(a: np.ndarray, b: np.ndarray) -> float:
+  i, j = np.triu_indices(a.shape[0], k=1)
+  return float(np.corrcoef(a[i, j], b[i, j])[0, 1])
+
+
+def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
+  """Trains (resuming an interrupted run), compares every pair of checkpoints, and writes ``summary.json``,
+  ``similarity.npz`` (the matrices and their steps) and figures."""
+  keys = loop.seed_keys(cfg.seed, cfg.num_seeds)
+  problem, optimizer = make_problem(cfg), make_optimizer(cfg)
+  schedule = checkpoint_schedule(cfg.steps, cfg.num_checkpoints, cfg.checkpoint_power)
+  summarize = lambda r: (f"loss {np.mean(r['train_loss']):.3f} | train acc {np.mean(r['train_acc']):.3f} "
+                         f"| test acc {np.mean(r['test_acc']):.3f}")
+  result = loop.train(problem, optimizer, keys=keys, steps=cfg.steps, workdir=workdir, run=RUN,
+                      log_every=cfg.log_every, checkpoint_every=cfg.steps, progress=progress, summarize=summarize,
+                      keep_checkpoints=None, checkpoint_steps=schedule,
+                      binary_chunks=True)
+  params_by_step = loop.checkpoint_params(problem, optimizer, keys=keys, workdir=workdir, run=RUN, steps=schedule)
+  params_by_step[0] = jax.vmap(lambda k: loop.init_state(problem, optimizer, k)["params"])(keys)
+  steps = sorted(params_by_step)
+  if progress:
+    print(f"comparing {len(steps)} checkpoints pairwise ({cfg.num_seeds} seed(s))", flush=True)
+  history = result.history
+  seeds, matrices = [], {}
+  for s in range(cfg.num_seeds):
+    mats = analyze_seed(cfg, params_by_step, s)
+    matrices.update({f"seed{s}/{k}": v for k, v in mats.items()})
+    final = history[-1]
+    seeds.append({
+        "memorised_step": first_step(history, "train_acc", s),
+        "generalised_step": first_step(history, "test_acc", s),
+        "test_acc_half_step": first_step(history, "test_acc", s, 0.5),
+        "final_train_acc": float(np.asarray(final["train_acc"])[s]),
+        "final_test_acc": float(np.asarray(final["test_acc"])[s]),
+        "pearson_r_vs_logit_cosine": {m: pearson_upper(mats[m], mats["logit_cosine"]) for m in MEASURES
+                                      if m != "logit_cosine"},
+        "similarity_init_to_final": {m: float(mats[m][0, -1]) for m in MEASURES},
+    })
+  summary = {
+      "checkpoint_steps": steps,
+      "seeds": seeds,
+      "pearson_r_tensor_vs_logit_cosine": float(np.mean([s["pearson_r_vs_logit_cosine"]["tensor"] for s in seeds])),
+  }
+  if metrics_lib.is_writer():
+    figures = os.path.join(workdir, "figures")
+    os.makedirs(figures, exist_ok=True)
+    np.savez(os.path.join(workdir, "similarity.npz"), steps=np.array(steps), **matrices)
+    summary["figures"] = plot_all(cfg, history, steps, matrices, seeds, figures)
+    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
+  return summary
+
+
+def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict, seeds: list[dict], figures: str) -> list[str]:
+  plt = plotting.plt
+  written = []
+  s0 = seeds[0]
+  x = np.array([r["step"] for r in history])
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for key, colour in (("train_acc", "C0"), ("test_acc", "C1")):
+    ys = np.array([np.asarray(r[key]) for r in history])
+    for s in range(ys.shape[1]):
+      ax.plot(x, ys[:, s], color=colour, alpha=0.9 if s == 0 else 0.4,
+              label=key.replace("_acc", " accuracy") if s == 0 else None)
+  for step, label in ((s0["memorised_step"], "memorised"), (s0["generalised_step"], "generalised")):
+    if step is not None:
+      ax.axvline(step, color="k", ls="--", lw=0.8)
+      ax.text(step, 0.55, f"{label} \nstep {step} ", fontsize=8, ha="right")
+  ax.plot(steps, np.full(len(steps), -0.03), "|", color="0.4", label="checkpoints")
+  ax.set_xlabel("step")
+  ax.set_ylabel("accuracy")
+  ax.set_title(f"Modular addition, P = {cfg.p}: memorisation, then generalisation")
+  ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.08), fontsize=8)
+  fig.tight_layout()
+  path = os.path.join(figures, "grokking_accuracy.png")
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  written.append(path)
+
+  order = f"{len(steps)} checkpoints in order, step 0 → {steps[-1]}"
+  panels = [(f"{LABELS[m]}\n{order}", matrices[f"seed0/{m}"]) for m in MEASURES]
+  written.append(plotting.matrices_figure(panels, os.path.join(figures, "grokking_similarity_matrices.png"), vmax=1.0))
+
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  t, lc = matrices["seed0/tensor"], matrices["seed0/logit_cosine"]
+  i, j = np.triu_indices(len(steps), k=1)
+  axes[0].scatter(lc[i, j], t[i, j], s=4, alpha=0.5)
+  axes[0].plot([lc.min(), 1], [lc.min(), 1], "k:", lw=0.8)
+  axes[0].set_xlabel("logit cosine")
+  axes[0].set_ylabel("tensor similarity")
+  axes[0].set_title(f"all checkpoint pairs: Pearson r = {s0['pearson_r_vs_logit_cosine']['tensor']:.3f}")
+  for m in MEASURES:
+    axes[1].plot(steps, matrices[f"seed0/{m}"][:, -1], label=LABELS[m])
+  for step in (s0["memorised_step"], s0["generalised_step"]):
+    if step is not None:
+      axes[1].axvline(step, color="k", ls="--", lw=0.8)
+  axes[1].set_xlabel("checkpoint step")
+  axes[1].set_ylabel("similarity to the final checkpoint")
+  axes[1].legend(fontsize=8)
+  fig.tight_layout()
+  path = os.path.join(figures, "grokking_tensor_vs_logit.png")
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  written.append(path)
+  return [os.path.basename(w) for w in written]
+
+
+def config_from_flags(values: dict) -> Config:
+  return Config(**{f.name: values[f.name] for f in dataclasses.fields(Config)})
