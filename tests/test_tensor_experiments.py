@@ -43,8 +43,8 @@ def test_trigger_stamps_the_bottom_right_corner_only():
 
 def test_grokking_experiment_end_to_end(tmp_path):
   wd = tmp_path / "g"
-  args = ["--p=7", "--hidden=8", "--steps=60", "--num_checkpoints=4", "--log_every=20", "--batch_size=16",
-          "--learning_rate=0.01", f"--workdir={wd}"]
+  args = ["--p=7", "--hidden=8", "--num_seeds=1", "--steps=60", "--num_checkpoints=4", "--log_every=20",
+          "--batch_size=16", "--learning_rate=0.01", f"--workdir={wd}"]
   r = run_module("experiments.tensor_similarity_grokking", *args)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "Pearson r with logit cosine" in r.stdout
