@@ -134,5 +134,7 @@ def test_mismatched_networks_and_measures_are_refused():
     ts.tensor_similarity(one, [th._rand_bilinear(rng, 4, 3, 5)])
   with pytest.raises(ValueError, match="exactly one bilinear layer"):
     ts.tensor_inner(two, two, measure="gaussian")
+  with pytest.raises(ValueError, match="network 1 has layers"):
+    ts.similarity_matrix([one, [th._rand_bilinear(rng, 5, 3, 2)]])
   with pytest.raises(ValueError, match="measure must be one of"):
     ts.tensor_inner(one, one, measure="cosine")

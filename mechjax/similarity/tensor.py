@@ -210,6 +210,14 @@ def similarity_matrix(networks: Sequence[bl.Network], *, symmetrize: bool = True
   (layer kinds and shapes), as checkpoints of one run do; the pairs are one vmapped program.
   """
   nets = [bl.validate(n) for n in networks]
+  if not nets:
+    raise ValueError("similarity_matrix needs at least one network")
+  shapes = [[{k: np.shape(v) for k, v in layer.items()} for layer in n] for n in nets]
+  odd = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
+  if odd is not None:
+    raise ValueError(f"similarity_matrix needs networks of one structure (checkpoints of one run); network {odd} has "
+                     f"layers {shapes[odd]}, network 0 has {shapes[0]}. Compare differing networks pairwise with "
+                     "tensor_similarity")
   stacked = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *nets)
   k = len(nets)
   ii, jj = np.triu_indices(k)
