@@ -51,7 +51,7 @@ def main(argv):
     entries = d**5
     t_rec = best_time(lambda: recursion(a, b), FLAGS.repeats)
     if 6 * entries * 4 / 2**30 > FLAGS.max_gib:
-      print(f"{d:8d}{entries:16,d}{t_rec:15.2e}{'(skipped: memory)':>17s}")
+      print(f"{d:8d}{entries:16,d}{t_rec:15.2e}{'  skipped (memory)':>17s}")
       continue
     t_bf = best_time(lambda: brute(a, b), FLAGS.repeats)
     r, bf = float(recursion(a, b)), float(brute(a, b))
