@@ -215,7 +215,8 @@ def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict,
   ax.plot(steps, np.full(len(steps), -0.03), "|", color="0.4", label="checkpoints")
   ax.set_xlabel("step")
   ax.set_ylabel("accuracy")
-  ax.set_title(f"Modular addition, P = {cfg.p}: memorisation, then generalisation")
+  ax.set_title(f"Modular addition, P = {cfg.p}: memorisation, then generalisation\n"
+               f"(seed 0 solid, other seeds faint; dashed lines: seed 0's phases)", fontsize=10)
   ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.08), fontsize=8)
   fig.tight_layout()
   path = os.path.join(figures, "grokking_accuracy.png")
