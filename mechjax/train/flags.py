@@ -42,6 +42,29 @@ def cpu_cores_as_devices() -> bool:
     return False
   return True
 
+def initialize_distributed() -> bool:
+  """Multi-host JAX, behind an environment variable: with ``MECHJAX_DISTRIBUTED=1`` this calls
+  ``jax.distributed.initialize()``. On Cloud TPU and SLURM the coordinator is found automatically;
+  elsewhere set ``MECHJAX_COORDINATOR`` (``host:port``), ``MECHJAX_NUM_PROCESSES`` and
+  ``MECHJAX_PROCESS_ID``. Returns whether it initialised. Only process 0 writes files
+  (:func:`mechjax.train.metrics.is_writer`)."""
+  if os.environ.get("MECHJAX_DISTRIBUTED", "").lower() not in ("1", "true", "yes"):
+    return False
+  import jax  # local: flag parsing itself does not need JAX
+
+  kwargs = {}
+  if os.environ.get("MECHJAX_COORDINATOR"):
+    kwargs["coordinator_address"] = os.environ["MECHJAX_COORDINATOR"]
+  for env, key in (("MECHJAX_NUM_PROCESSES", "num_processes"), ("MECHJAX_PROCESS_ID", "process_id")):
+    if os.environ.get(env):
+      try:
+        kwargs[key] = int(os.environ[env])
+      except ValueError:
+        raise WorkdirError(f"{env}={os.environ[env]!r} must be an integer") from None
+  jax.distributed.initialize(**kwargs)
+  return True
+
+
 def positive_int(name: str, minimum: int = 1) -> None:
   flags.register_validator(name, lambda v: v is not None and v >= minimum, message=f"must be an integer >= {minimum}")
 
@@ -136,6 +159,7 @@ def run(main: Callable[[list[str]], None]) -> None:
   def wrapped(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.
     try:
+      initialize_distributed()
       main(argv)
     except WorkdirError as e:
       print(f"error: {_one_line(e)}", file=sys.stderr)
