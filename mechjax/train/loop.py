@@ -160,6 +160,7 @@ def train(
     checkpoint_steps: Sequence[int] = (),
     initial_params: Params = None,
     binary_chunks: bool = False,
+    shard_seeds: bool | None = None,
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
@@ -173,6 +174,11 @@ def train(
   ``binary_chunks`` runs each chunk as pieces of power-of-two lengths (:func:`binary_pieces`): a chunk's
   length is static in the compiled program, so irregular chunk ends (``checkpoint_steps``) would otherwise
   compile one program per distinct length.
+  ``shard_seeds`` splits the seed axis over all devices with a one-axis ``Mesh`` (:func:`seed_sharding`): the
+  same single program, partitioned by XLA, each device holding its share of the seeds. ``None`` (the
+  default) does so on accelerators whenever there are several devices and they divide the seed count; on
+  a CPU, whose "devices" are cores only on request (:func:`mechjax.train.flags.cpu_cores_as_devices`), it
+  must be asked for with ``True``.
 
   Raises:
     NonFiniteError: a loss or a parameter became non-finite. Nothing from the bad chunk is written, and
@@ -185,6 +191,7 @@ def train(
   else:
     init_fn = jax.jit(lambda keys: jax.vmap(functools.partial(init_state, problem, optimizer))(keys, initial_params))
   abstract_state = jax.eval_shape(init_fn, keys)
+  sharding = seed_sharding(keys.shape[0], shard_seeds)
 
   with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints) as checkpointer:
     start = checkpointer.latest_step()
@@ -195,6 +202,8 @@ def train(
       state = init_fn(keys)
       writer.truncate_after(0)
       start = 0
+    if sharding is not None:
+      state = jax.device_put(state, sharding)
     resumed_from = start if start > 0 else None
     if start >= steps:
       return TrainResult(state, writer.history(), resumed_from)
@@ -221,6 +230,27 @@ def train(
         checkpointer.save(end, state)
       bar.update(end, summarize(row) if summarize else f"loss {np.mean(row['train_loss']):.4f}")
   return TrainResult(state, writer.history(), resumed_from)
+
+
+def seed_sharding(num_seeds: int, shard: bool | None = None):
+  """A ``NamedSharding`` that splits a leading seed axis over every device (mesh axis ``"seeds"``), or None.
+
+  ``shard=None`` shards on accelerators when there are several devices; ``True`` also on CPU devices. The
+  device count must divide ``num_seeds`` (a ValueError says so when ``shard=True``; ``None`` then falls back
+  to one device).
+  """
+  devices = jax.devices()
+  if shard is False or len(devices) < 2:
+    return None
+  if shard is None and devices[0].platform == "cpu":
+    return None
+  if num_seeds % len(devices):
+    if shard:
+      raise ValueError(f"cannot shard {num_seeds} seeds over {len(devices)} devices: the device count must divide "
+                       "the number of seeds")
+    return None
+  mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds"))
 
 
 def binary_pieces(n: int, cap: int) -> list[int]:
