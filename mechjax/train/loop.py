@@ -196,14 +196,17 @@ def train(
   with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints) as checkpointer:
     start = checkpointer.latest_step()
     if start is not None:
+      if sharding is not None:  # restore straight into the sharded layout (needed across processes)
+        abstract_state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
+                                      abstract_state)
       state = checkpointer.restore(abstract_state, start)
       writer.truncate_after(start)
     else:
       state = init_fn(keys)
       writer.truncate_after(0)
       start = 0
-    if sharding is not None:
-      state = jax.device_put(state, sharding)
+      if sharding is not None:
+        state = _to_global(state, sharding)
     resumed_from = start if start > 0 else None
     if start >= steps:
       return TrainResult(state, writer.history(), resumed_from)
@@ -218,8 +221,8 @@ def train(
       for n in pieces:
         state, per_step, end_metrics = chunk_fn(state, n)
         per_steps.append(per_step)
-      per_step = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *jax.device_get(per_steps))
-      end_metrics = jax.device_get(end_metrics)
+      per_step = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *_fetch(per_steps))
+      end_metrics = _fetch(end_metrics)
       _check_finite(per_step["loss"], end_metrics.pop("params_finite"), first_step=step + 1, run=run,
                     last_good=checkpointer.latest_step())
       row = {f"train_{k}": np.mean(v, axis=1) for k, v in per_step.items()}
@@ -251,6 +254,22 @@ def seed_sharding(num_seeds: int, shard: bool | None = None):
     return None
   mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
   return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds"))
+
+
+def _to_global(tree, sharding):
+  """Places a tree that every process holds whole onto ``sharding`` (which may span processes)."""
+  if jax.process_count() == 1:
+    return jax.device_put(tree, sharding)
+  return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda idx, x=np.asarray(x): x[idx]),
+                      tree)
+
+
+def _fetch(tree):
+  """The whole of every array on the host, on every process (an all-gather when arrays span processes)."""
+  if jax.process_count() == 1:
+    return jax.device_get(tree)
+  from jax.experimental import multihost_utils
+  return multihost_utils.process_allgather(tree, tiled=True)
 
 
 def binary_pieces(n: int, cap: int) -> list[int]:
