@@ -1,5 +1,6 @@
-"""The seed axis sharded over devices with a Mesh gives the run of one device (8 CPU devices, in a subprocess,
-because the device count is fixed when JAX starts)."""
+"""The seed axis sharded over devices with a Mesh gives the run of one device, and a learning-rate sweep in
+one sharded program gives the lone runs (8 CPU devices, in a subprocess, because the device count is fixed
+when JAX starts)."""
 
 import json
 import subprocess
@@ -40,6 +41,21 @@ SCRIPT = textwrap.dedent('''
       out["final_err"] = float(np.max(a.history[-1]["err"]))
       c = loop.train(problem, optax.adam(0.1), steps=80, workdir=d + "/a", shard_seeds=True, **kw)  # resumed at 60
       out["resumed_from"], out["resumed_over"] = c.resumed_from, len(c.state["params"]["w"].sharding.device_set)
+      # A learning-rate sweep as one sharded program: member i equals a lone run at rate i.
+      lrs = [0.01 * 2 ** i for i in range(8)]
+      opt = optax.inject_hyperparams(optax.adam)(learning_rate=0.0)
+      swept = loop.train(problem, opt, steps=40, workdir=d + "/lr", shard_seeds=True, hyperparams={"learning_rate": lrs},
+                         **{**kw, "keys": keys})
+      w = np.asarray(swept.state["params"]["w"])
+      lone = [np.asarray(loop.train(problem, optax.adam(lrs[i]), keys=keys[i:i + 1], steps=40, workdir=d + f"/lone{i}",
+                                    log_every=20, checkpoint_every=40, progress=False).state["params"]["w"][0])
+              for i in (0, 7)]
+      out["lr_sweep_vs_lone"] = float(max(np.max(np.abs(w[0] - lone[0])), np.max(np.abs(w[7] - lone[1]))))
+      out["lr_sweep_spread"] = float(np.max(np.abs(w[0] - w[7])))
+      try:
+        loop.train(problem, optax.adam(0.1), steps=40, workdir=d + "/bad", hyperparams={"learning_rate": lrs}, **kw)
+      except ValueError as e:
+        out["not_injected"] = str(e)
       try:
         loop.seed_sharding(6, True)
       except ValueError as e:
@@ -58,6 +74,8 @@ def test_sharded_seeds_equal_the_unsharded_run():
   assert out["final_err"] < 4.0  # it trained (from |w_true| = 5.5)
   assert out["resumed_from"] == 60 and out["resumed_over"] == 8
   assert "cannot shard 6 seeds over 8 devices" in out["indivisible"]
+  assert out["lr_sweep_vs_lone"] < 1e-5 and out["lr_sweep_spread"] > 0.1, out
+  assert "not injected into the optimizer" in out["not_injected"]
 
 
 def test_one_device_never_shards():

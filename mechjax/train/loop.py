@@ -161,6 +161,7 @@ def train(
     initial_params: Params = None,
     binary_chunks: bool = False,
     shard_seeds: bool | None = None,
+    hyperparams: dict[str, Sequence[float]] | None = None,
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
@@ -179,6 +180,9 @@ def train(
   default) does so on accelerators whenever there are several devices and they divide the seed count; on
   a CPU, whose "devices" are cores only on request (:func:`mechjax.train.flags.cpu_cores_as_devices`), it
   must be asked for with ``True``.
+  ``hyperparams`` sweeps numeric optimizer hyperparameters inside the same program: ``{"learning_rate":
+  [...]}`` gives seed ``i`` the ``i``-th value (one per key). The optimizer must expose them through
+  ``optax.inject_hyperparams`` (:func:`set_hyperparams`); a checkpoint restores them with the state.
 
   Raises:
     NonFiniteError: a loss or a parameter became non-finite. Nothing from the bad chunk is written, and
@@ -203,6 +207,8 @@ def train(
       writer.truncate_after(start)
     else:
       state = init_fn(keys)
+      if hyperparams:
+        state = {**state, "opt_state": set_hyperparams(state["opt_state"], hyperparams, keys.shape[0])}
       writer.truncate_after(0)
       start = 0
       if sharding is not None:
@@ -254,6 +260,37 @@ def seed_sharding(num_seeds: int, shard: bool | None = None):
     return None
   mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
   return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds"))
+
+
+def set_hyperparams(opt_state, values: dict[str, Sequence[float]], num_seeds: int):
+  """``opt_state`` (with the seed axis) with per-seed hyperparameter ``values`` written into every
+  ``optax.inject_hyperparams`` state that has them. A ValueError names a hyperparameter that no injected
+  state holds, or a list whose length is not the number of seeds."""
+  for name, v in values.items():
+    if len(v) != num_seeds:
+      raise ValueError(f"hyperparams[{name!r}] has {len(v)} values; it needs one per seed ({num_seeds})")
+  found = set()
+
+  def visit(node):
+    if hasattr(node, "hyperparams") and isinstance(node.hyperparams, dict):
+      hp = dict(node.hyperparams)
+      for name, v in values.items():
+        if name in hp:
+          hp[name] = jnp.asarray(v, jnp.result_type(hp[name]))
+          found.add(name)
+      return node._replace(hyperparams=hp)
+    if isinstance(node, tuple) and not hasattr(node, "_fields"):
+      return tuple(visit(n) for n in node)
+    if isinstance(node, tuple):  # other named-tuple states may nest inner states
+      return type(node)(*(visit(n) for n in node))
+    return node
+
+  new = visit(opt_state)
+  missing = sorted(set(values) - found)
+  if missing:
+    raise ValueError(f"hyperparams {missing} are not injected into the optimizer; build it with "
+                     f"optax.inject_hyperparams(...)({missing[0]}=...)")
+  return new
 
 
 def _to_global(tree, sharding):
