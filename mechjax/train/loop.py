@@ -183,6 +183,8 @@ def train(
   ``hyperparams`` sweeps numeric optimizer hyperparameters inside the same program: ``{"learning_rate":
   [...]}`` gives seed ``i`` the ``i``-th value (one per key). The optimizer must expose them through
   ``optax.inject_hyperparams`` (:func:`set_hyperparams`); a checkpoint restores them with the state.
+  Across processes (``jax.distributed``), the returned state is whole on every process's host, so the
+  analysis after training needs no multi-host code.
 
   Raises:
     NonFiniteError: a loss or a parameter became non-finite. Nothing from the bad chunk is written, and
@@ -215,7 +217,7 @@ def train(
         state = _to_global(state, sharding)
     resumed_from = start if start > 0 else None
     if start >= steps:
-      return TrainResult(state, writer.history(), resumed_from)
+      return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from)
 
     chunk_fn = make_chunk_fn(problem, optimizer)
     bar = Progress(run, steps, start, enabled=progress)
@@ -238,7 +240,13 @@ def train(
       if end % checkpoint_every == 0 or end == steps or end in saves:
         checkpointer.save(end, state)
       bar.update(end, summarize(row) if summarize else f"loss {np.mean(row['train_loss']):.4f}")
-  return TrainResult(state, writer.history(), resumed_from)
+  return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from)
+
+
+def _host_if_multiprocess(state: State) -> State:
+  """Across processes the final state comes back whole, on the host of every process, so the analysis that
+  follows training (indexing a seed, evaluating on data) runs as it does in one process."""
+  return _fetch(state) if jax.process_count() > 1 else state
 
 
 def seed_sharding(num_seeds: int, shard: bool | None = None):
@@ -345,13 +353,18 @@ def _check_finite(loss_SxT: np.ndarray, params_finite_S: np.ndarray, *, first_st
 
 
 def checkpoint_params(problem: Problem, optimizer: optax.GradientTransformation, *, keys: jax.Array,
-                      workdir: str | os.PathLike, run: str = "main", steps: Sequence[int] | None = None) -> dict[int, Params]:
-  """The (seed-stacked) params saved by :func:`train` at ``steps`` (all committed steps by default), by step."""
+                      workdir: str | os.PathLike, run: str = "main", steps: Sequence[int] | None = None,
+                      shard_seeds: bool | None = None) -> dict[int, Params]:
+  """The (seed-stacked) params saved by :func:`train` at ``steps`` (all committed steps by default), by step.
+  ``shard_seeds`` as given to :func:`train`; across processes the params come back whole on every host."""
   abstract = jax.eval_shape(jax.vmap(functools.partial(init_state, problem, optimizer)), keys)
+  sharding = seed_sharding(keys.shape[0], shard_seeds)
+  if sharding is not None:
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract)
   with ckpt_lib.Checkpointer(os.path.join(os.fspath(workdir), "checkpoints", run), max_to_keep=None) as ck:
     available = ck.all_steps()
     wanted = available if steps is None else [int(s) for s in steps]
     missing = sorted(set(wanted) - set(available))
     if missing:
       raise FileNotFoundError(f"no checkpoint for steps {missing} of run '{run}' in {workdir}; saved: {available}")
-    return {s: ck.restore(abstract, s)["params"] for s in wanted}
+    return {s: _host_if_multiprocess(ck.restore(abstract, s)["params"]) for s in wanted}
