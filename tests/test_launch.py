@@ -3,6 +3,7 @@ the TPU VM and SLURM backends generate."""
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -92,9 +93,16 @@ def test_shipped_sweep_files_load():
   folder = os.path.join(ROOT, "launch", "sweeps")
   names = sorted(f for f in os.listdir(folder) if f.endswith(".py") and f != "__init__.py")
   assert names
+  shared = {"workdir", "seed", "num_seeds", "steps", "checkpoint_every", "log_every", "overwrite"}
   for name in names:
     experiment, members, _ = lib.load_sweep(os.path.join(folder, name))
     assert experiment.startswith("experiments.") and members, name
+    # Every swept flag is one the experiment defines (read from its source: importing every experiment
+    # into one process would define their flags twice).
+    source = open(os.path.join(ROOT, *experiment.split(".")) + ".py").read()
+    defined = shared | set(re.findall(r'DEFINE_\w+\(\s*"(\w+)"', source))
+    unknown = {k for m in members for k in m.flags} - defined
+    assert not unknown, (name, unknown)
 
 
 def _launch(sweep, root, *extra, **kwargs):
