@@ -44,17 +44,23 @@ def test_trigger_stamps_the_bottom_right_corner_only():
 def test_grokking_experiment_end_to_end(tmp_path):
   wd = tmp_path / "g"
   args = ["--p=7", "--hidden=8", "--num_seeds=1", "--steps=60", "--num_checkpoints=4", "--log_every=20",
-          "--batch_size=16", "--learning_rate=0.01", f"--workdir={wd}"]
+          "--batch_size=16", "--learning_rate=0.01", "--weight_decays=0.01,3", f"--workdir={wd}"]
   r = run_module("experiments.tensor_similarity_grokking", *args)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "Pearson r with logit cosine" in r.stdout
   summary = json.loads((wd / "summary.json").read_text())
   assert summary["checkpoint_steps"] == [0, 4, 15, 34, 60]
+  # Two weight decays trained side by side in one program, each member paired with the same seed.
+  assert [(s["weight_decay"], s["seed"]) for s in summary["seeds"]] == [(0.01, 0), (3.0, 0)]
+  assert set(summary["by_weight_decay"]) == {"0.01", "3.0"}
+  w_small, w_large = (s["similarity_init_to_final"]["weight_cosine"] for s in summary["seeds"])
+  assert w_small != w_large  # the decay reached the optimizer: the runs differ
   seed = summary["seeds"][0]
   assert np.isfinite(summary["pearson_r_tensor_vs_logit_cosine"])
   assert seed["final_train_acc"] > 0.5  # 60 steps at lr 0.01 fit 15 training pairs
   sims = np.load(wd / "similarity.npz")
   for m in tensor_grokking.MEASURES:
+    assert sims[f"seed1/{m}"].shape == (5, 5)
     mat = sims[f"seed0/{m}"]
     assert mat.shape == (5, 5)
     np.testing.assert_allclose(mat, mat.T, atol=1e-6)

@@ -55,6 +55,7 @@ class Config:
   checkpoint_power: float = 2.0
   seed: int = 0
   num_seeds: int = 4
+  weight_decays: tuple[float, ...] = ()  # several: a weight-decay sweep inside one program
   log_every: int = 250
 
 
@@ -108,7 +109,16 @@ def make_problem(cfg: Config) -> loop.Problem:
 
 
 def make_optimizer(cfg: Config) -> optax.GradientTransformation:
+  if cfg.weight_decays:  # per-member weight decay, written into the state by loop.train(hyperparams=...)
+    return optax.inject_hyperparams(optax.adamw)(learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decays[0])
   return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+
+def members(cfg: Config) -> list[dict]:
+  """One entry per trained network: ``{"seed", "weight_decay"}``, weight decay major. With
+  ``weight_decays`` every value trains the same ``num_seeds`` seeds (paired), all in one vmapped program."""
+  wds = cfg.weight_decays or (cfg.weight_decay,)
+  return [{"seed": s, "weight_decay": float(wd)} for wd in wds for s in range(cfg.num_seeds)]
 
 
 def checkpoint_schedule(steps: int, num: int, power: float) -> list[int]:
@@ -145,6 +155,11 @@ def analyze_seed(cfg: Config, params_by_step: dict[int, dict], seed: int) -> dic
   }
 
 
+def _mean_or_none(xs):
+  """The mean, or None when any value is None (e.g. a member that never generalised)."""
+  return None if any(x is None for x in xs) else float(np.mean(xs))
+
+
 def pearson_upper(a: np.ndarray, b: np.ndarray) -> float:
   i, j = np.triu_indices(a.shape[0], k=1)
   return float(np.corrcoef(a[i, j], b[i, j])[0, 1])
@@ -153,27 +168,30 @@ def pearson_upper(a: np.ndarray, b: np.ndarray) -> float:
 def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
   """Trains (resuming an interrupted run), compares every pair of checkpoints, and writes ``summary.json``,
   ``similarity.npz`` (the matrices and their steps) and figures."""
-  keys = loop.seed_keys(cfg.seed, cfg.num_seeds)
+  who = members(cfg)
+  keys = jnp.tile(loop.seed_keys(cfg.seed, cfg.num_seeds), (len(who) // cfg.num_seeds, 1))
   problem, optimizer = make_problem(cfg), make_optimizer(cfg)
+  hyperparams = {"weight_decay": [m["weight_decay"] for m in who]} if cfg.weight_decays else None
   schedule = checkpoint_schedule(cfg.steps, cfg.num_checkpoints, cfg.checkpoint_power)
   summarize = lambda r: (f"loss {np.mean(r['train_loss']):.3f} | train acc {np.mean(r['train_acc']):.3f} "
                          f"| test acc {np.mean(r['test_acc']):.3f}")
   result = loop.train(problem, optimizer, keys=keys, steps=cfg.steps, workdir=workdir, run=RUN,
                       log_every=cfg.log_every, checkpoint_every=cfg.steps, progress=progress, summarize=summarize,
                       keep_checkpoints=None, checkpoint_steps=schedule,
-                      binary_chunks=True)
+                      binary_chunks=True, hyperparams=hyperparams)
   params_by_step = loop.checkpoint_params(problem, optimizer, keys=keys, workdir=workdir, run=RUN, steps=schedule)
   params_by_step[0] = jax.vmap(lambda k: loop.init_state(problem, optimizer, k)["params"])(keys)
   steps = sorted(params_by_step)
   if progress:
-    print(f"comparing {len(steps)} checkpoints pairwise ({cfg.num_seeds} seed(s))", flush=True)
+    print(f"comparing {len(steps)} checkpoints pairwise ({len(who)} network(s))", flush=True)
   history = result.history
   seeds, matrices = [], {}
-  for s in range(cfg.num_seeds):
+  for s, member in enumerate(who):
     mats = analyze_seed(cfg, params_by_step, s)
     matrices.update({f"seed{s}/{k}": v for k, v in mats.items()})
     final = history[-1]
     seeds.append({
+        **member,
         "memorised_step": first_step(history, "train_acc", s),
         "generalised_step": first_step(history, "test_acc", s),
         "test_acc_half_step": first_step(history, "test_acc", s, 0.5),
@@ -188,6 +206,13 @@ def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
       "seeds": seeds,
       "pearson_r_tensor_vs_logit_cosine": float(np.mean([s["pearson_r_vs_logit_cosine"]["tensor"] for s in seeds])),
   }
+  if cfg.weight_decays:
+    summary["by_weight_decay"] = {
+        str(wd): {key: _mean_or_none([s[key] for s in seeds if s["weight_decay"] == float(wd)])
+                  for key in ("generalised_step", "final_test_acc")}
+                 | {"pearson_r_tensor_vs_logit_cosine": float(np.mean(
+                     [s["pearson_r_vs_logit_cosine"]["tensor"] for s in seeds if s["weight_decay"] == float(wd)]))}
+        for wd in cfg.weight_decays}
   if metrics_lib.is_writer():
     figures = os.path.join(workdir, "figures")
     os.makedirs(figures, exist_ok=True)
@@ -253,4 +278,5 @@ def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict,
 
 
 def config_from_flags(values: dict) -> Config:
+  values = {**values, "weight_decays": tuple(float(v) for v in values["weight_decays"])}
   return Config(**{f.name: values[f.name] for f in dataclasses.fields(Config)})
