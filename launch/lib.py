@@ -4,7 +4,11 @@ A sweep file (``launch/sweeps/<name>.py``) defines
 
 * ``EXPERIMENT``: the module of an experiment, e.g. ``"experiments.fourier_phase"``;
 * ``get_sweep()``: a list of flag dicts for it, e.g. ``product(seed=[0, 1], alpha=[0.0, 2.0])``;
-* optionally ``FIGURE = {"x": <flag>, "y": <summary key>}``: plot that summary value against that flag.
+* optionally ``FIGURE = {"x": <flag>, "y": <summary key>}``: plot that summary value against that flag;
+* optionally ``OUTPUT_FLAG`` (default ``"workdir"``) and ``DONE_FILE`` (default ``"summary.json"``) for
+  modules with another contract, such as ``theory.phase_sample_complexity`` (``--out``, ``result.json``).
+  With ``OUTPUT_FLAG = None`` (a theory check that only prints), the launcher records the exit status and
+  the PASS/FAIL verdict in ``ROOT/<id>/launch_result.json``.
 
 Each member runs as ``python -m EXPERIMENT --flag=value ... --workdir=ROOT/<id>``, where ``<id>`` is a
 stable hash of the experiment and its flags, so the same member always lands in the same folder. The
@@ -31,6 +35,7 @@ import time
 from typing import Any, Callable, Iterable
 
 STATES = ("pending", "running", "done", "failed")
+LAUNCH_RESULT = "launch_result.json"  # written by the launcher for modules that write nothing themselves
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -70,6 +75,8 @@ def with_all(members: list[dict[str, Any]], **fixed: Any) -> list[dict[str, Any]
 class Member:
   experiment: str
   flags: dict[str, Any]
+  output_flag: str | None = "workdir"  # the flag that gets ROOT/<id>; None: the module writes nothing
+  done_file: str = "summary.json"  # in ROOT/<id>: present once the member has finished
 
   @property
   def id(self) -> str:
@@ -78,8 +85,9 @@ class Member:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
   def args(self, root: str) -> list[str]:
-    """The experiment's command-line arguments, ``--workdir`` included."""
-    return [flag_arg(k, v) for k, v in sorted(self.flags.items())] + [f"--workdir={os.path.join(root, self.id)}"]
+    """The module's command-line arguments, its output flag (``--workdir``) included."""
+    out = [f"--{self.output_flag}={os.path.join(root, self.id)}"] if self.output_flag else []
+    return [flag_arg(k, v) for k, v in sorted(self.flags.items())] + out
 
   def command(self, root: str, python: str = sys.executable) -> list[str]:
     return [python, "-m", self.experiment, *self.args(root)]
@@ -105,6 +113,12 @@ def load_sweep(path: str) -> tuple[str, list[Member], dict | None]:
     raise SweepError(f"{path}: EXPERIMENT must be an experiment module name such as 'experiments.fourier_phase'")
   if importlib.util.find_spec(experiment) is None:
     raise SweepError(f"{path}: EXPERIMENT = {experiment!r} is not an importable module")
+  output_flag = getattr(module, "OUTPUT_FLAG", "workdir")
+  done_file = getattr(module, "DONE_FILE", "summary.json" if output_flag == "workdir" else LAUNCH_RESULT)
+  if output_flag is not None and (not isinstance(output_flag, str) or not output_flag):
+    raise SweepError(f"{path}: OUTPUT_FLAG must be a flag name (the member's folder) or None; got {output_flag!r}")
+  if not isinstance(done_file, str) or not done_file or os.sep in done_file:
+    raise SweepError(f"{path}: DONE_FILE must be a file name; got {done_file!r}")
   if not callable(getattr(module, "get_sweep", None)):
     raise SweepError(f"{path}: define get_sweep() returning a list of flag dicts for {experiment}")
   raw = module.get_sweep()
@@ -114,13 +128,14 @@ def load_sweep(path: str) -> tuple[str, list[Member], dict | None]:
   for i, flags in enumerate(raw):
     if not isinstance(flags, dict) or not all(isinstance(k, str) and k for k in flags):
       raise SweepError(f"{path}: member {i} must be a dict of flag names to values; got {flags!r}")
-    if "workdir" in flags or "overwrite" in flags:
-      raise SweepError(f"{path}: member {i} sets --workdir or --overwrite; the launcher owns those "
-                       "(each member's workdir is ROOT/<hash of its flags>)")
+    owned = {"workdir", "overwrite"} | ({output_flag} if output_flag else set())
+    if owned & set(flags):
+      raise SweepError(f"{path}: member {i} sets --{sorted(owned & set(flags))[0]}; the launcher owns "
+                       f"{', '.join('--' + o for o in sorted(owned))} (each member's folder is ROOT/<hash of its flags>)")
     for k, v in flags.items():
       if not isinstance(v, (str, int, float, bool, list, tuple)) or (isinstance(v, float) and not math.isfinite(v)):
         raise SweepError(f"{path}: member {i}, flag {k!r}: {v!r} is not a string, number, bool or list")
-    members.append(Member(experiment, dict(flags)))
+    members.append(Member(experiment, dict(flags), output_flag, done_file))
   ids = [m.id for m in members]
   dup = sorted({x for x in ids if ids.count(x) > 1})
   if dup:
@@ -133,10 +148,18 @@ def load_sweep(path: str) -> tuple[str, list[Member], dict | None]:
 
 
 def member_state(root: str, member: Member) -> str:
-  wd = os.path.join(root, member.id)
-  if os.path.exists(os.path.join(wd, "summary.json")):
-    return "done"
-  return "pending"
+  return "done" if os.path.exists(os.path.join(root, member.id, member.done_file)) else "pending"
+
+
+def record_result(root: str, member: Member, log_path: str) -> None:
+  """For a module that writes nothing (a theory check): ``ROOT/<id>/launch_result.json`` with its verdict
+  (the last PASS or FAIL line it printed) and the end of its output."""
+  os.makedirs(os.path.join(root, member.id), exist_ok=True)
+  text = tail(log_path, 40)
+  verdicts = [line.strip() for line in text.splitlines() if line.strip() in ("PASS", "FAIL")]
+  result = {"returncode": 0, "verdict": verdicts[-1] if verdicts else None, "output_tail": text}
+  with open(os.path.join(root, member.id, member.done_file), "w") as f:
+    json.dump(result, f, indent=1)
 
 
 def write_manifest(root: str, experiment: str, members: list[Member]) -> None:
@@ -243,12 +266,14 @@ def run_local(members: list[Member], root: str, *, parallel: int = 1, tail_lines
         log.close()
         del running[mid]
         os.remove(os.path.join(logs, f"{mid}.pid"))
+        if rc == 0 and m.done_file == LAUNCH_RESULT:
+          record_result(root, m, os.path.join(logs, f"{mid}.log"))
         if rc == 0 and member_state(root, m) == "done":
           states[mid] = "done"
           print_fn(f"{mid}: done")
         else:
           states[mid] = "failed"
-          why = f"exit status {rc}" if rc != 0 else "exit status 0 but no summary.json"
+          why = f"exit status {rc}" if rc != 0 else f"exit status 0 but no {m.done_file}"
           print_fn(f"{mid}: failed ({why}); last lines of {os.path.join(logs, mid + '.log')}:\n"
                    + "\n".join("    " + line for line in tail(os.path.join(logs, f"{mid}.log"), tail_lines).splitlines()))
   finally:
@@ -286,7 +311,7 @@ def aggregate(root: str, members: list[Member], states: dict[str, str], figure: 
   for m in members:
     row = {"id": m.id, "experiment": m.experiment, "state": states.get(m.id, member_state(root, m))}
     row.update({f"flag.{k}": v for k, v in m.flags.items()})
-    summary_path = os.path.join(root, m.id, "summary.json")
+    summary_path = os.path.join(root, m.id, m.done_file)
     if os.path.exists(summary_path):
       with open(summary_path) as f:
         row.update(flatten(json.load(f)))

@@ -96,7 +96,7 @@ def test_shipped_sweep_files_load():
   shared = {"workdir", "seed", "num_seeds", "steps", "checkpoint_every", "log_every", "overwrite"}
   for name in names:
     experiment, members, _ = lib.load_sweep(os.path.join(folder, name))
-    assert experiment.startswith("experiments.") and members, name
+    assert experiment.startswith(("experiments.", "theory.")) and members, name
     # Every swept flag is one the experiment defines (read from its source: importing every experiment
     # into one process would define their flags twice).
     source = open(os.path.join(ROOT, *experiment.split(".")) + ".py").read()
@@ -172,6 +172,22 @@ def test_a_real_experiment_in_a_sweep(tmp_path):
   assert [row["state"] for row in rows] == ["done", "failed"]
   assert 0 <= rows[0]["conditions.amplitude_alpha0_vs_1.final_test_acc_mean"] <= 1
   assert "--steps=0: must be an integer >= 1" in r.stdout
+
+
+def test_a_check_that_only_prints_gets_its_verdict_recorded(tmp_path, fake):
+  (tmp_path / "fakepkg" / "fake_check.py").write_text(
+      "import sys\nseed = int(sys.argv[1].split('=')[1])\nprint('check 1 ...')\nprint('PASS' if seed else 'FAIL')\n"
+      "sys.exit(0 if seed else 1)\n")
+  sweep = tmp_path / "sweep.py"
+  sweep.write_text("EXPERIMENT = 'fake_check'\nOUTPUT_FLAG = None\n\ndef get_sweep():\n  return [{'seed': 0}, {'seed': 1}]\n")
+  root = tmp_path / "root"
+  r = run_module("launch.sweep", f"--sweep={sweep}", f"--root={root}", timeout=120)
+  assert r.returncode == 1  # the FAIL member
+  rows = json.loads((root / "results.json").read_text())
+  assert [row["state"] for row in rows] == ["failed", "done"]
+  assert rows[1]["verdict"] == "PASS" and "check 1" in rows[1]["output_tail"]
+  m = lib.Member("fake_check", {"seed": 1}, None, lib.LAUNCH_RESULT)
+  assert m.args(str(root)) == ["--seed=1"]  # no output flag
 
 
 def test_tpu_vm_dry_run_prints_setup_and_one_command_per_member(tmp_path):
