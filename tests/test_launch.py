@@ -96,7 +96,7 @@ def test_shipped_sweep_files_load():
   shared = {"workdir", "seed", "num_seeds", "steps", "checkpoint_every", "log_every", "overwrite"}
   for name in names:
     experiment, members, _ = lib.load_sweep(os.path.join(folder, name))
-    assert experiment.startswith(("experiments.", "theory.")) and members, name
+    assert experiment.startswith(("experiments.", "theory.", "benchmarks.")) and members, name
     # Every swept flag is one the experiment defines (read from its source: importing every experiment
     # into one process would define their flags twice).
     source = open(os.path.join(ROOT, *experiment.split(".")) + ".py").read()

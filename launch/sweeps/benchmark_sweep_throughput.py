@@ -1,0 +1,12 @@
+"""`python -m benchmarks.sweep_throughput` (a README Results row), run once with its defaults; its printed table is kept
+in ROOT/<id>/launch_result.json and ROOT/logs/.
+
+    python -m launch.sweep --sweep=launch/sweeps/benchmark_sweep_throughput.py --root=sweeps/benchmark_sweep_throughput
+"""
+
+EXPERIMENT = "benchmarks.sweep_throughput"
+OUTPUT_FLAG = None  # benchmarks print their measurements
+
+
+def get_sweep():
+  return [{}]
