@@ -1,5 +1,6 @@
 """Two local CPU processes (a coordinator on 127.0.0.1, 2 CPU devices each) train one seed-sharded sweep: the
-result equals one process's, only process 0 writes metrics, and the run resumes across both processes."""
+result equals one process's, only process 0 writes metrics, and the run resumes across both processes. Left
+unsharded, the state is replicated over both processes, with the same result."""
 
 import json
 import os
@@ -15,6 +16,7 @@ SCRIPT = textwrap.dedent('''
     import jax
     jax.config.update("jax_num_cpu_devices", 2)
     pid, n, port, wd, steps = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+    shard = n > 1 and sys.argv[6] == "shard"
     if n > 1:
       jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=n, process_id=pid)
     import jax.numpy as jnp, numpy as np, optax
@@ -29,10 +31,10 @@ SCRIPT = textwrap.dedent('''
     problem = loop.Problem(lambda k: {"w": 0.1 * jax.random.normal(k, (4,))}, loss,
                            lambda p, k: {"err": jnp.linalg.norm(p["w"] - w_true)})
     r = loop.train(problem, optax.adam(0.1), keys=loop.seed_keys(0, 8), steps=steps, workdir=wd, log_every=20,
-                   checkpoint_every=20, progress=False, shard_seeds=n > 1)
+                   checkpoint_every=20, progress=False, shard_seeds=shard)
     w = np.asarray(r.state["params"]["w"])  # whole, on every process
     saved = loop.checkpoint_params(problem, optax.adam(0.1), keys=loop.seed_keys(0, 8), workdir=wd, steps=[steps],
-                                   shard_seeds=n > 1)[steps]["w"]
+                                   shard_seeds=shard)[steps]["w"]
     if pid == 0:
       print(json.dumps({"devices": len(jax.devices()), "w": w.tolist(), "resumed_from": r.resumed_from,
                         "saved_equals_final": bool(np.array_equal(np.asarray(saved), w)),
@@ -46,11 +48,11 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def _run(n, workdir, steps):
+def _run(n, workdir, steps, shard="shard"):
   port = str(_free_port())
   env = {"PYTHONPATH": ROOT, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-  procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(i), str(n), port, str(workdir), str(steps)], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+  procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(i), str(n), port, str(workdir), str(steps), shard],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
   outs = [p.communicate(timeout=240) for p in procs]
   for p, (out, err) in zip(procs, outs):
     assert p.returncode == 0, err[-3000:]
@@ -68,3 +70,6 @@ def test_two_processes_equal_one(tmp_path):
   resumed = _run(2, tmp_path / "two", 60)
   longer = _run(1, tmp_path / "one", 60)
   assert resumed["resumed_from"] == 40 and resumed["w"] == longer["w"]
+  # Unsharded across processes: the state is replicated (a global array orbax can save), same result.
+  replicated = _run(2, tmp_path / "replicated", 40, shard="replicate")
+  assert replicated["w"] == one["w"] and replicated["saved_equals_final"]

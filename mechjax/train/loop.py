@@ -197,7 +197,7 @@ def train(
   else:
     init_fn = jax.jit(lambda keys: jax.vmap(functools.partial(init_state, problem, optimizer))(keys, initial_params))
   abstract_state = jax.eval_shape(init_fn, keys)
-  sharding = seed_sharding(keys.shape[0], shard_seeds)
+  sharding = state_sharding(keys.shape[0], shard_seeds)
 
   with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints) as checkpointer:
     start = checkpointer.latest_step()
@@ -301,6 +301,16 @@ def set_hyperparams(opt_state, values: dict[str, Sequence[float]], num_seeds: in
   return new
 
 
+def state_sharding(num_seeds: int, shard: bool | None = None):
+  """:func:`seed_sharding`, except that across processes an unsharded state is replicated on every device
+  (a global array, which orbax can checkpoint), rather than left host-local."""
+  sharding = seed_sharding(num_seeds, shard)
+  if sharding is None and jax.process_count() > 1:
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("seeds",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return sharding
+
+
 def _to_global(tree, sharding):
   """Places a tree that every process holds whole onto ``sharding`` (which may span processes)."""
   if jax.process_count() == 1:
@@ -358,7 +368,7 @@ def checkpoint_params(problem: Problem, optimizer: optax.GradientTransformation,
   """The (seed-stacked) params saved by :func:`train` at ``steps`` (all committed steps by default), by step.
   ``shard_seeds`` as given to :func:`train`; across processes the params come back whole on every host."""
   abstract = jax.eval_shape(jax.vmap(functools.partial(init_state, problem, optimizer)), keys)
-  sharding = seed_sharding(keys.shape[0], shard_seeds)
+  sharding = state_sharding(keys.shape[0], shard_seeds)
   if sharding is not None:
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract)
   with ckpt_lib.Checkpointer(os.path.join(os.fspath(workdir), "checkpoints", run), max_to_keep=None) as ck:
