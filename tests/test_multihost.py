@@ -19,17 +19,12 @@ SCRIPT = textwrap.dedent('''
     shard = n > 1 and sys.argv[6] == "shard"
     if n > 1:
       jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=n, process_id=pid)
-    import jax.numpy as jnp, numpy as np, optax
+    import numpy as np, optax
+    sys.path.insert(0, "tests")
     from mechjax.train import loop
+    from toy_problem import linear_problem
 
-    w_true = jnp.arange(1.0, 5.0)
-    def loss(params, key):
-      kx, kn = jax.random.split(key)
-      x = jax.random.normal(kx, (8, 4))
-      y = x @ w_true + 0.1 * jax.random.normal(kn, (8,))
-      return jnp.mean((x @ params["w"] - y) ** 2), {}
-    problem = loop.Problem(lambda k: {"w": 0.1 * jax.random.normal(k, (4,))}, loss,
-                           lambda p, k: {"err": jnp.linalg.norm(p["w"] - w_true)})
+    problem = linear_problem()
     r = loop.train(problem, optax.adam(0.1), keys=loop.seed_keys(0, 8), steps=steps, workdir=wd, log_every=20,
                    checkpoint_every=20, progress=False, shard_seeds=shard)
     w = np.asarray(r.state["params"]["w"])  # whole, on every process

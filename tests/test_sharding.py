@@ -16,17 +16,12 @@ SCRIPT = textwrap.dedent('''
     import json, sys, tempfile
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
-    import jax.numpy as jnp, numpy as np, optax
+    import numpy as np, optax
+    sys.path.insert(0, "tests")
     from mechjax.train import loop
+    from toy_problem import linear_problem
 
-    w_true = jnp.arange(1.0, 5.0)
-    def loss(params, key):
-      kx, kn = jax.random.split(key)
-      x = jax.random.normal(kx, (8, 4))
-      y = x @ w_true + 0.1 * jax.random.normal(kn, (8,))
-      return jnp.mean((x @ params["w"] - y) ** 2), {}
-    problem = loop.Problem(lambda k: {"w": 0.1 * jax.random.normal(k, (4,))}, loss,
-                           lambda p, k: {"err": jnp.linalg.norm(p["w"] - w_true)})
+    problem = linear_problem()
     keys = loop.seed_keys(0, 8)
     out = {"devices": len(jax.devices())}
     with tempfile.TemporaryDirectory() as d:
