@@ -51,7 +51,6 @@ from mechjax.data import repeats
 from mechjax.models.transformer import Transformer, attention_patterns
 from mechjax.slt import sgld
 from mechjax.slt import susceptibility as sus
-from mechjax.train import checkpoint as ckpt_lib
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
 
@@ -282,10 +281,9 @@ def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
     chi_data = dict(np.load(path))
   else:
     problem = make_problem(cfg, model, np.ones((2, cfg.length - 1)), eval_sets(cfg))
-    abstract = jax.eval_shape(jax.vmap(lambda k: loop.init_state(problem, optax.adam(cfg.learning_rate), k)),
-                              loop.seed_keys(cfg.seed, cfg.num_seeds))
-    with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", "unweighted"), max_to_keep=None) as ck:
-      w_star = jax.tree.map(lambda a: a[0], ck.restore(abstract, cfg.chi_step)["params"])
+    saved = loop.checkpoint_params(problem, optax.adam(cfg.learning_rate), keys=loop.seed_keys(cfg.seed, cfg.num_seeds),
+                                   workdir=workdir, run="unweighted", steps=[cfg.chi_step])
+    w_star = jax.tree.map(lambda a: a[0], saved[cfg.chi_step])
     chi_data = susceptibilities(cfg, model, w_star)
     if metrics_lib.is_writer():
       np.savez(path, **chi_data)

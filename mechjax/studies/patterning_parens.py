@@ -56,7 +56,6 @@ from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
 from mechjax.slt import sgld
 from mechjax.slt import susceptibility as sus
-from mechjax.train import checkpoint as ckpt_lib
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
 
@@ -302,10 +301,9 @@ def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
       pat = json.load(f)
   else:
     problem = patterning.weighted_problem(model.init, model.per_sample_loss, _jnp(data["train"]), ones, cfg.batch_size)
-    abstract = jax.eval_shape(jax.vmap(lambda k: loop.init_state(problem, optax.adam(cfg.learning_rate), k)),
-                              loop.seed_keys(cfg.seed, cfg.num_seeds))
-    with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", "unweighted"), max_to_keep=None) as ck:
-      w_star = jax.tree.map(lambda a: a[0], ck.restore(abstract, cfg.chi_step)["params"])
+    saved = loop.checkpoint_params(problem, optax.adam(cfg.learning_rate), keys=loop.seed_keys(cfg.seed, cfg.num_seeds),
+                                   workdir=workdir, run="unweighted", steps=[cfg.chi_step])
+    w_star = jax.tree.map(lambda a: a[0], saved[cfg.chi_step])
     pat = compute_patterning(cfg, model, data, w_star, refs)
     if metrics_lib.is_writer():
       metrics_lib.write_json(path, pat)

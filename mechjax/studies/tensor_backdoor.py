@@ -26,6 +26,7 @@ ratio is the measure's signal over drift.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import flax.linen as nn
@@ -65,6 +66,7 @@ class Config:
   log_every: int = 100
 
 
+@functools.lru_cache(maxsize=1)
 def load_digits() -> tuple[np.ndarray, np.ndarray]:
   """The scikit-learn digits as ``(1797, 64)`` float32 pixels in [0, 1] and int labels."""
   try:
@@ -140,13 +142,15 @@ def compare(cfg: Config, reference: dict, params_list: list[dict]) -> dict[str, 
   flat = lambda p: jnp.concatenate([jnp.ravel(v) for v in jax.tree.leaves(p)])
   out = {m: [] for m in MEASURES}
   ref_h = hidden(reference, x_clean)
+  ref_flat = flat(reference)
+  ref_logits = {"clean": apply(reference, x_clean), "triggered": apply(reference, x_trig)}
   for p in params_list:
     net = bl.to_layers(model, p)
     out["tensor"].append(float(ts.tensor_similarity(ref_net, net)))
     out["tensor_target_slice"].append(float(ts.slice_similarity(ref_net, net)[cfg.target_class]))
-    out["weight_cosine"].append(float(ts.weight_cosine([{"weight": flat(reference)[None]}], [{"weight": flat(p)[None]}])))
-    out["logit_cosine_clean"].append(float(ts.output_cosine(apply(reference, x_clean), apply(p, x_clean))))
-    out["logit_cosine_triggered"].append(float(ts.output_cosine(apply(reference, x_trig), apply(p, x_trig))))
+    out["weight_cosine"].append(float(ts.cosine_matrix(jnp.stack([ref_flat, flat(p)]))[0, 1]))
+    out["logit_cosine_clean"].append(float(ts.output_cosine(ref_logits["clean"], apply(p, x_clean))))
+    out["logit_cosine_triggered"].append(float(ts.output_cosine(ref_logits["triggered"], apply(p, x_trig))))
     out["cka"].append(float(ts.cka_matrix(jnp.stack([ref_h, hidden(p, x_clean)]))[0, 1]))
   return {m: np.array(v) for m, v in out.items()}
 
