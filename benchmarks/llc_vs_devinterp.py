@@ -115,8 +115,9 @@ def mechjax_flops(inputs: dict, chains: int, draws: int, mala: bool) -> float:
   from mechjax.slt import sgld
   params = {k: jnp.asarray(inputs[k]) for k in ("embed", "w1", "b1", "w2", "b2")}
   data = {"input_ids": jnp.asarray(inputs["input_ids"])}
-  keys = jax.vmap(lambda c: jax.random.fold_in(jax.random.PRNGKey(0), c))(jnp.arange(chains))
-  program = sgld._program(jax_loss, 2, sgld.SGLDSettings(mala=mala, **SETTINGS), False)
+  keys = sgld.chain_keys(jax.random.PRNGKey(0), chains)
+  settings = sgld.SGLDSettings(mala=mala, num_chains=chains, num_draws=2, **SETTINGS)
+  program = sgld._program(jax_loss, settings, False, None, None)
   cost = program.lower(params, data, keys, None, None).compile().cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return float(cost["flops"]) * draws

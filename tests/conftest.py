@@ -1,13 +1,11 @@
 import atexit
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import run_module
 
 # One JAX compilation cache per test session, inherited by the experiments the tests start as subprocesses:
 # a program that several tests (or a run and its resumption) compile is compiled once. Set before any test
@@ -18,12 +16,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
-
-def run_module(module: str, *args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-  """Runs ``python -m module args`` from the repository root, as a user would."""
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-  return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=timeout, **kwargs)
+# Implicit rank promotion (adding a (n,) array to an (n, 1) one, say) is an error in every test and in every
+# process a test starts: a broadcast the code did not ask for is a bug.
+os.environ["JAX_NUMPY_RANK_PROMOTION"] = "raise"
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from absl import flags
 from scipy import integrate
 from scipy import stats
 
+from mechjax import rng as rng_lib
 from mechjax.align import haar as H
 from mechjax.train import flags as shared
 
@@ -95,7 +96,7 @@ def power(report, key, d, draws):
                passed=p_perm <= 0.01)
   rejected = 0
   for i, k in enumerate(jax.random.split(k_draws, draws)):
-    q = np.asarray(H.haar_orthogonal(jax.random.fold_in(k, 1), d, special=True), np.float64)
+    q = np.asarray(H.haar_orthogonal(rng_lib.fold(k, "haar-sample"), d, special=True), np.float64)
     rejected += H.haar_test(q, k, num_null=99)["signed_permutation_distance"]["p_value"] <= 0.05
   rate = rejected / draws
   # Under the null the rate is Binomial(draws, 0.05)/draws: allow up to the 99.9th percentile.
@@ -106,13 +107,12 @@ def power(report, key, d, draws):
 def main(argv):
   del argv
   report = Report()
-  key = jax.random.PRNGKey(FLAGS.seed)
-  for i, d in enumerate(int(s) for s in FLAGS.dims):
+  for d in (int(s) for s in FLAGS.dims):
     m = int(min(FLAGS.samples, FLAGS.max_elements // d**2))
-    closed_forms(report, jax.random.fold_in(key, i), d, m)
+    closed_forms(report, rng_lib.key(FLAGS.seed, "closed-forms", d), d, m)
   for d in (8, 9):
-    weyl(report, jax.random.fold_in(key, 100 + d), d)
-  power(report, jax.random.fold_in(key, 1000), FLAGS.power_dim, FLAGS.power_draws)
+    weyl(report, rng_lib.key(FLAGS.seed, "weyl", d), d)
+  power(report, rng_lib.key(FLAGS.seed, "power"), FLAGS.power_dim, FLAGS.power_draws)
   print("PASS" if report.ok else "FAIL")
   sys.exit(0 if report.ok else 1)
 

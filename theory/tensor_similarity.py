@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mechjax import rng as rng_lib
 from mechjax.models import bilinear as bl
 from mechjax.similarity import tensor as ts
 
@@ -125,7 +126,7 @@ def multilinear_identity(report, rng, key, width, samples):
     report.check(f"depth {depth}: E<T_a(x_1..x_{2**depth}), T_b(x_1..)> over independent copies vs <T_a, T_b> "
                  f"(s.e. {se:.3g})", mean, exact, 3 * se)
     if depth == 2:
-      same, se_same = ts.monte_carlo_inner(a, b, jax.random.fold_in(key, 7), samples)
+      same, se_same = ts.monte_carlo_inner(a, b, rng_lib.fold(key, "same-input"), samples)
       print(f"      (same input in every slot at depth 2: E<f_a, f_b> = {same:.4g} ± {se_same:.2g}, not <T_a, T_b> = "
             f"{exact:.4g}; it is not a Frobenius product)")
 
@@ -148,8 +149,8 @@ def invariances(report, key, width):
     return {"params": q}
 
   perm = lambda i, m: bl.permute_hidden(m, jax.random.permutation(jax.random.fold_in(k_perm, i), h))
-  scale = lambda i, m: bl.rescale_hidden(m, jnp.exp(jax.random.normal(jax.random.fold_in(k_scale, i), (h,))),
-                                         jnp.exp(jax.random.normal(jax.random.fold_in(k_scale, 10 + i), (h,))))
+  scale = lambda i, m: bl.rescale_hidden(m, jnp.exp(jax.random.normal(rng_lib.fold(k_scale, "left", i), (h,))),
+                                         jnp.exp(jax.random.normal(rng_lib.fold(k_scale, "right", i), (h,))))
   swap = lambda i, m: bl.swap_left_right(m, jax.random.bernoulli(jax.random.fold_in(k_swap, i), 0.5, (h,)))
   q = jnp.linalg.qr(jax.random.normal(k_q, (width, width), jnp.float64))[0]
   transformed = {
@@ -217,11 +218,10 @@ def run_checks(*, seed: int = 0, width: int = 5, samples: int = 400_000, verbose
   report = Report(verbose)
   rng = np.random.default_rng(seed)
   with jax.enable_x64(True):
-    key = jax.random.PRNGKey(seed)
     recursion_vs_brute_force(report, rng, width)
-    gaussian_single_layer(report, rng, jax.random.fold_in(key, 1), width, samples)
-    multilinear_identity(report, rng, jax.random.fold_in(key, 2), width, samples)
-    invariances(report, jax.random.fold_in(key, 3), width + 3)
+    gaussian_single_layer(report, rng, rng_lib.key(seed, "gaussian"), width, samples)
+    multilinear_identity(report, rng, rng_lib.key(seed, "multilinear"), width, samples)
+    invariances(report, rng_lib.key(seed, "invariances"), width + 3)
     one_only_for_equal_functions(report, rng, width)
     log_space(report, rng, width)
   return report

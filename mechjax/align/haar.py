@@ -162,8 +162,8 @@ def haar_test(r, key: jax.Array, num_null: int = 199) -> dict[str, dict[str, flo
 
   def coset(k, n):
     q = np.asarray(haar_orthogonal(k, d, special=True, shape=(n,)), np.float64)
-    if negative:
-      q[:, :, 0] *= -1
+    if negative:  # a new array: with float64 enabled, np.asarray of a JAX array is a read-only view
+      q = np.concatenate([-q[:, :, :1], q[:, :, 1:]], axis=2)
     return q
 
   num_pool = max(200, 4000 // max(d // 2, 1))

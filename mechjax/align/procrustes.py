@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class ProcrustesFit(NamedTuple):
@@ -34,6 +35,13 @@ def _check_pair(source, target):
   if source.ndim < 2 or source.shape != target.shape:
     raise ValueError(f"source and target must both have shape (..., n, d) and match; got {source.shape} and "
                      f"{target.shape}")
+  for name, x in (("source", source), ("target", target)):
+    if isinstance(x, jax.core.Tracer):
+      continue  # inside jit the values are unknown; a concrete call is checked
+    bad = int(np.size(x) - np.count_nonzero(np.isfinite(np.asarray(x))))
+    if bad:
+      raise ValueError(f"{name} has {bad} non-finite entries (NaN or inf) of {np.size(x)}; the fit needs finite "
+                       "activations")
 
 
 def procrustes_fit(source: jax.Array, target: jax.Array, *, center: bool = False, special: bool = False,

@@ -134,7 +134,8 @@ def colour(z: jax.Array, amplitudes: jax.Array) -> jax.Array:
     m = jnp.asarray(colour_matrix(amplitudes))
     z_flat = z.reshape(*z.shape[: z.ndim - amplitudes.ndim], dim)
     return jnp.matmul(z_flat, m, precision=jax.lax.Precision.HIGHEST).reshape(z.shape)
-  return ifft_real(amplitudes * fft(z, amplitudes.ndim), amplitudes.ndim)
+  z_hat = fft(z, amplitudes.ndim)
+  return ifft_real(jnp.expand_dims(amplitudes, tuple(range(z_hat.ndim - amplitudes.ndim))) * z_hat, amplitudes.ndim)
 
 
 def phase_scramble(key: jax.Array, x: jax.Array, *, ndim: int = 1) -> jax.Array:
@@ -177,14 +178,15 @@ def whiten_amplitudes(x: jax.Array, amplitudes: jax.Array | None = None, *, ndim
   x_hat = fft(x, ndim)
   magnitude = jnp.abs(x_hat)
   phase = jnp.where(magnitude > 0, x_hat / jnp.where(magnitude > 0, magnitude, 1.0), 1.0)
+  lead = (1,) * (x_hat.ndim - ndim)  # the batch axes, in front of the spatial ones
   if amplitudes is None:
     spatial = x.shape[x.ndim - ndim:]
-    dc = np.zeros(spatial, bool)
-    dc[(0,) * ndim] = True
+    dc = np.zeros(lead + spatial, bool)
+    dc[(0,) * (len(lead) + ndim)] = True
     power = jnp.sum(jnp.where(dc, 0.0, magnitude**2), axis=_axes(ndim), keepdims=True)
     flat = jnp.sqrt(power / (math.prod(spatial) - 1))
     return ifft_real(jnp.where(dc, x_hat, flat * phase), ndim)
-  return ifft_real(amplitudes * phase, ndim)
+  return ifft_real(jnp.reshape(amplitudes, lead + tuple(amplitudes.shape)) * phase, ndim)
 
 
 def _balanced_labels(num_samples: int):
@@ -247,6 +249,7 @@ def _white_spiked(key: jax.Array, num_samples: int, u: jax.Array, beta) -> jax.A
   v = _spike_direction(u)
   k_nu, k_z = jax.random.split(key)
   nu = jax.random.rademacher(k_nu, (num_samples,) + (1,) * u.ndim, jnp.float32)
+  v = v[None]  # the sample axis in front
   t = jax.random.normal(k_z, (num_samples, *u.shape), jnp.float32) + jnp.sqrt(beta) * nu * v
   c = 1.0 - 1.0 / jnp.sqrt(1.0 + beta)  # S = I − c v vᵀ = (I + β v vᵀ)^{−1/2}
   return t - c * jnp.sum(t * v, axis=axes, keepdims=True) * v

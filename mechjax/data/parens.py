@@ -84,9 +84,11 @@ def sample_unequal(rng: np.random.Generator, num: int, length: int) -> np.ndarra
   return _draw(rng, num, _check_length(length), lambda t: ~equal_counts(t), uniform)
 
 
-def make_dataset(seed: int, num: int, length: int, balanced_fraction: float = 0.5) -> dict[str, np.ndarray]:
+def make_dataset(seed: int | np.random.Generator, num: int, length: int,
+                 balanced_fraction: float = 0.5) -> dict[str, np.ndarray]:
   """A training set of ``num`` strings: ``balanced_fraction`` balanced (label 1), the rest with unequal
-  counts (label 0), shuffled. Both algorithms label every string the same (checked)."""
+  counts (label 0), shuffled, drawn from ``seed`` (an int, or a NumPy generator such as
+  :func:`mechjax.rng.numpy`). Both algorithms label every string the same (checked)."""
   if not 0 < balanced_fraction < 1:
     raise ValueError(f"balanced_fraction must be in (0, 1); got {balanced_fraction!r}")
   rng = np.random.default_rng(seed)

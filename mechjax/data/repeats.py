@@ -35,10 +35,11 @@ def sample(key: jax.Array, num: int, length: int, vocab: int, repeat_fraction: f
   return {"tokens": jnp.where(repeat[:, None], copied, tokens), "repeat": repeat.astype(jnp.int32)}
 
 
-def fixed(seed: int, num: int, length: int, vocab: int, repeat: bool) -> dict[str, jax.Array]:
-  """``num`` sequences that all repeat (or all do not): evaluation and probe sets."""
-  data = sample(jax.random.PRNGKey(seed), num, length, vocab, 1.0 if repeat else 0.0)
-  return data
+def fixed(key: jax.Array | int, num: int, length: int, vocab: int, repeat: bool) -> dict[str, jax.Array]:
+  """``num`` sequences that all repeat (or all do not), drawn from ``key`` (or ``PRNGKey(key)`` for an int):
+  evaluation and probe sets."""
+  key = jax.random.PRNGKey(key) if isinstance(key, (int, np.integer)) else key
+  return sample(key, num, length, vocab, 1.0 if repeat else 0.0)
 
 
 def induction_mask(length: int) -> np.ndarray:

@@ -330,7 +330,8 @@ def permute_hidden(layer: Layer, perm) -> Layer:
 def rescale_hidden(layer: Layer, a, b) -> Layer:
   """``(l_h, r_h, d_h) → (a_h l_h, b_h r_h, d_h / (a_h b_h))`` for every hidden unit ``h``."""
   a, b = jnp.asarray(a), jnp.asarray(b)
-  return {"left": layer["left"] * a[:, None], "right": layer["right"] * b[:, None], "out": layer["out"] / (a * b)}
+  return {"left": layer["left"] * a[:, None], "right": layer["right"] * b[:, None],
+          "out": layer["out"] / (a * b)[None, :]}
 
 
 def swap_left_right(layer: Layer, mask) -> Layer:

@@ -30,11 +30,12 @@ class SAE(nn.Module):
     b_enc = self.param("b_enc", nn.initializers.zeros, (self.num_latents,))
     w_dec = self.param("W_dec", _decoder_init, (self.num_latents, d))
     b_dec = self.param("b_dec", nn.initializers.zeros, (d,))
-    f = nn.relu((x_NxD - b_dec) @ w_enc + b_enc)
+    lead = tuple(range(x_NxD.ndim - 1))  # the batch axes, in front of the feature axis
+    f = nn.relu((x_NxD - jnp.expand_dims(b_dec, lead)) @ w_enc + jnp.expand_dims(b_enc, lead))
     if self.top_k is not None:
       threshold = jax.lax.stop_gradient(kth_largest(f, self.top_k))
       f = jnp.where(f >= threshold, f, 0.0)
-    x_hat = f @ unit_rows(w_dec) + b_dec
+    x_hat = f @ unit_rows(w_dec) + jnp.expand_dims(b_dec, lead)
     return x_hat, f
 
 
@@ -52,7 +53,7 @@ def kth_largest(f: jax.Array, k: int, iterative: bool | None = None) -> jax.Arra
     iterative = k <= ITERATIVE_TOP_K
   if not iterative:
     return jax.lax.top_k(f, k)[0][..., -1:]
-  idx = jnp.arange(f.shape[-1])
+  idx = jnp.arange(f.shape[-1]).reshape((1,) * (f.ndim - 1) + (-1,))
   for _ in range(k - 1):
     f = jnp.where(idx == jnp.argmax(f, axis=-1, keepdims=True), -jnp.inf, f)
   return jnp.max(f, axis=-1, keepdims=True)

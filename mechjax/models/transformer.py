@@ -22,13 +22,18 @@ import jax
 import jax.numpy as jnp
 
 
+def leading(v: jax.Array, x: jax.Array) -> jax.Array:
+  """``v`` with length-1 axes in front, to the rank of ``x`` (the explicit form of NumPy's rank promotion)."""
+  return jnp.expand_dims(v, tuple(range(x.ndim - v.ndim)))
+
+
 class RMSNorm(nn.Module):
   eps: float = 1e-6
 
   @nn.compact
   def __call__(self, x):
     gain = self.param("gain", nn.initializers.ones, (x.shape[-1],))
-    return x * jax.lax.rsqrt(jnp.mean(x**2, axis=-1, keepdims=True) + self.eps) * gain
+    return x * jax.lax.rsqrt(jnp.mean(x**2, axis=-1, keepdims=True) + self.eps) * leading(gain, x)
 
 
 class Attention(nn.Module):
@@ -44,7 +49,7 @@ class Attention(nn.Module):
     q, k, v = dense("query")(x_BxTxD), dense("key")(x_BxTxD), dense("value")(x_BxTxD)
     scores_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(h)
     causal = jnp.tril(jnp.ones((t, t), bool))
-    weights = jax.nn.softmax(jnp.where(causal, scores_BxHxTxT, -1e30), axis=-1)
+    weights = jax.nn.softmax(jnp.where(causal[None, None], scores_BxHxTxT, -1e30), axis=-1)
     if not self.is_initializing():  # init must return params only
       self.sow("intermediates", "attention", weights)  # (B, H, T_q, T_k); kept only with mutable=["intermediates"]
     z_BxTxHxd = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
@@ -76,11 +81,11 @@ class Transformer(nn.Module):
 
     def site(name, x):
       if name in steer:
-        x = x + steer[name]
+        x = x + leading(jnp.asarray(steer[name]), x)
       sites[name] = x
       return x
 
-    x = site("resid_pre_0", embed(tokens_BxT) + pos[:t])
+    x = site("resid_pre_0", embed(tokens_BxT) + pos[None, :t])
     for layer in range(self.num_layers):
       if layer > 0:
         x = site(f"resid_pre_{layer}", x)

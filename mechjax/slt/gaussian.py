@@ -17,10 +17,14 @@ observables are a weight coordinate ``w_0``, a prediction ``x_test·w`` and the 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from mechjax.slt import sgld
+from mechjax.slt.moments import StreamedMoments
 
 OBSERVABLES = ("w_0", "prediction x_test·w", "training loss L(w)")
 
@@ -67,7 +71,7 @@ def per_sample_loss(w, x, y):
 def posterior(p: Problem, q) -> tuple[jax.Array, jax.Array]:
   """Mean and covariance of the posterior with data weights ``q``."""
   x, y = jnp.asarray(p.x), jnp.asarray(p.y)
-  precision = p.nbeta * (x.T * q) @ x + p.localization * jnp.eye(x.shape[1])
+  precision = p.nbeta * (x.T * q[None, :]) @ x + p.localization * jnp.eye(x.shape[1])
   cov = jnp.linalg.inv(precision)
   return cov @ (p.nbeta * x.T @ (q * y) + p.localization * jnp.asarray(p.center)), cov
 
@@ -80,7 +84,7 @@ def observables(p: Problem, w) -> jax.Array:
 def loss_changes(p: Problem, w) -> jax.Array:
   """``ΔL_m(w) = Σ_i (q′_m,i − 1/n) ℓ_i(w)``, one per shift: the change of the average loss per unit shift."""
   losses = per_sample_loss(w, jnp.asarray(p.x), jnp.asarray(p.y))
-  return (jnp.asarray(p.shifts) - 1.0 / p.n) @ losses
+  return (jnp.asarray(p.shifts) - 1.0 / losses.shape[0]) @ losses
 
 
 def exact_expectation(p: Problem, q) -> jax.Array:
@@ -96,7 +100,7 @@ def exact_response(p: Problem) -> np.ndarray:
   with jax.enable_x64(True):
     uniform = jnp.full(p.n, 1.0 / p.n)
     tangent = lambda direction: jax.jvp(lambda h: exact_expectation(p, uniform + h * direction), (0.0,), (1.0,))[1]
-    cols = jax.jit(jax.vmap(tangent))(jnp.asarray(p.shifts) - uniform)  # (M, K)
+    cols = jax.jit(jax.vmap(tangent))(jnp.asarray(p.shifts) - uniform[None, :])  # (M, K)
     return np.asarray(cols.T)
 
 
@@ -115,13 +119,29 @@ def sgld_moments(p: Problem, *, num_chains: int, num_draws: int, num_burnin: int
   """Streams ``(φ, ΔL)`` moments over SGLD draws from this posterior with :mod:`mechjax.slt.sgld` (the
   localization ``γ`` at the chain's start ``c`` is exactly the Gaussian prior); one :class:`Moments` per chain,
   stacked. The default minibatch is ``n`` samples drawn with replacement."""
-  from mechjax.slt import sgld  # local: sgld imports susceptibility, which this module's users import too
-
   data = {"x": jnp.asarray(p.x, jnp.float32), "y": jnp.asarray(p.y, jnp.float32)}
-  loss_fn = lambda w, b: jnp.mean(per_sample_loss(w["w"], b["x"], b["y"]))
-  observe = lambda w, _: (observables(p, w["w"]), loss_changes(p, w["w"]))
+  arrays = _Arrays(*(jnp.asarray(a, jnp.float32) for a in (p.x, p.y, p.x_test, p.shifts)))
   settings = sgld.SGLDSettings(step_size=step_size, nbeta=p.nbeta, localization=p.localization,
-                               batch_size=batch_size or p.n, mala=False)
-  traces = sgld.sample_chains(loss_fn, {"w": jnp.asarray(p.center, jnp.float32)}, data, jax.random.PRNGKey(seed),
-                              num_chains, num_burnin + num_draws, settings, observe=observe, stream_from=num_burnin)
-  return traces["moments"]
+                               batch_size=batch_size or p.n, num_chains=num_chains, num_draws=num_draws,
+                               num_burnin=num_burnin, mala=False)
+  traces = sgld.sample_chains(_sgld_loss, {"w": jnp.asarray(p.center, jnp.float32)}, data, jax.random.PRNGKey(seed),
+                              settings, accumulator=StreamedMoments(_observe, start=num_burnin),
+                              accumulator_data=arrays)
+  return traces["accumulated"]
+
+
+class _Arrays(NamedTuple):
+  """The arrays :func:`observables` and :func:`loss_changes` read, as a pytree the sampler can carry."""
+
+  x: jax.Array
+  y: jax.Array
+  x_test: jax.Array
+  shifts: jax.Array
+
+
+def _sgld_loss(w, batch):
+  return jnp.mean(per_sample_loss(w["w"], batch["x"], batch["y"]))
+
+
+def _observe(w, arrays: _Arrays):
+  return observables(arrays, w["w"]), loss_changes(arrays, w["w"])

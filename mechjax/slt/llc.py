@@ -11,24 +11,26 @@ is multiplied by ``nβ``. The price is one extra forward pass per step.
 
 ``init_loss`` (``L_n(w*)``, reported and used for the fraction of draws below it) is the mean loss over the
 whole dataset when it has at most ``FULL_INIT_LOSS_MAX`` samples, otherwise over ``INIT_LOSS_BATCHES`` batches
-of ``batch_size`` samples drawn from ``fold_in(key, INIT_LOSS_STREAM)``, never from a single minibatch.
+of ``batch_size`` samples drawn from the key's stream ``"init-loss"`` (:func:`mechjax.rng.fold`), never from a
+single minibatch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mechjax import rng
 from mechjax.slt import sgld
 from mechjax.train import loop
 
 FULL_INIT_LOSS_MAX = 65_536
 INIT_LOSS_BATCHES = 64
-INIT_LOSS_STREAM = 2**31 - 1
 
 
 class ChainDivergedError(FloatingPointError):
@@ -49,64 +51,85 @@ def init_loss(loss_fn: Callable, params, data, key: jax.Array, batch_size: int) 
   """``L_n(w*)``: over all of ``data`` when it is small, else over ``INIT_LOSS_BATCHES`` seeded batches."""
   n = jax.tree.leaves(data)[0].shape[0]
   if n <= FULL_INIT_LOSS_MAX:
-    return float(jax.jit(loss_fn)(params, data))
-  keys = jax.random.split(jax.random.fold_in(key, INIT_LOSS_STREAM), INIT_LOSS_BATCHES)
-
-  def one(k):
-    idx = jax.random.randint(k, (batch_size,), 0, n)
-    return loss_fn(params, jax.tree.map(lambda a: a[idx], data))
-
-  return float(jnp.mean(jax.lax.map(one, keys)))
+    return float(_jitted(loss_fn)(params, data))
+  return float(_batched_loss(loss_fn, batch_size)(params, data, rng.fold(key, "init-loss")))
 
 
-def estimate_llc(loss_fn: Callable[[Any, Any], jax.Array], params, data, *, key: jax.Array, num_chains: int = 4,
-                 num_draws: int = 200, num_burnin: int = 0, step_size: float, nbeta: float, localization: float,
-                 batch_size: int, param_mask=None, rmsprop: float | None = None, mala: bool = True) -> LLCResult:
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _jitted(loss_fn):
+  return jax.jit(loss_fn)
+
+
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _batched_loss(loss_fn, batch_size: int):
+  @jax.jit
+  def mean_over_batches(params, data, key):
+    n = jax.tree.leaves(data)[0].shape[0]
+
+    def one(k):
+      idx = jax.random.randint(k, (batch_size,), 0, n)
+      return loss_fn(params, jax.tree.map(lambda a: a[idx], data))
+
+    return jnp.mean(jax.lax.map(one, jax.random.split(key, INIT_LOSS_BATCHES)))
+
+  return mean_over_batches
+
+
+def estimate_llc(loss_fn: Callable[[Any, Any], jax.Array], params, data, *, key: jax.Array,
+                 num_chains: int | None = None, num_draws: int | None = None, num_burnin: int | None = None,
+                 step_size: float | None = None, nbeta: float | None = None, localization: float | None = None,
+                 batch_size: int | None = None, param_mask=None, rmsprop: float | None = None,
+                 mala: bool | None = None, settings: sgld.SGLDSettings | None = None) -> LLCResult:
   """Estimates the LLC at ``params`` (= w*) with ``num_chains`` vmapped SGLD chains.
 
   Args:
-    loss_fn: ``loss_fn(params, batch)``, the mean loss over the batch.
+    loss_fn: ``loss_fn(params, batch)``, the mean loss over the batch. Pass the same function on every call
+      (not a new lambda) so that the compiled sampler is reused (:mod:`mechjax.slt.sgld`).
     params: the point w* (a pytree).
     data: a pytree of arrays whose leading axis is the sample axis (n samples).
     key: every random choice (minibatches, noise, the init-loss batches) derives from it; the same key gives
       the same result bit for bit.
     num_chains, num_draws, num_burnin: each chain takes ``num_burnin + num_draws`` steps; the first
-      ``num_burnin`` are discarded.
-    step_size, nbeta, localization, batch_size, rmsprop, mala: see :class:`mechjax.slt.sgld.SGLDSettings`.
+      ``num_burnin`` are discarded (defaults 4, 200 and 0).
+    step_size, nbeta, localization, batch_size, rmsprop, mala: see :class:`mechjax.slt.sgld.SGLDSettings`;
+      ``nbeta`` unset means ``n / ln n``.
     param_mask: 0/1 pytree like ``params``; only the 1s are sampled (the weight-refined LLC).
+    settings: all of the above but ``param_mask`` in one :class:`mechjax.slt.sgld.SGLDSettings`, instead of
+      the keywords (not together with them).
 
   Raises:
     ChainDivergedError: a chain's loss became non-finite; names the chain and the draw.
-    ValueError: a non-positive step size, nβ, batch size or count.
+    mechjax.config.ConfigError: a non-positive step size, nβ, batch size or count (a ValueError).
   """
-  if not (isinstance(num_draws, int) and num_draws >= 1 and isinstance(num_burnin, int) and num_burnin >= 0):
-    raise ValueError(f"num_draws must be an integer >= 1 and num_burnin >= 0; got {num_draws!r}, {num_burnin!r}")
-  settings = sgld.SGLDSettings(step_size=step_size, nbeta=nbeta, localization=localization, batch_size=batch_size,
-                               rmsprop=rmsprop, mala=mala)
+  s = sgld.settings_from(settings, num_chains=num_chains, num_draws=num_draws, num_burnin=num_burnin,
+                         step_size=step_size, nbeta=nbeta, localization=localization, batch_size=batch_size,
+                         rmsprop=rmsprop, mala=mala)
   if param_mask is not None and jax.tree.structure(param_mask) != jax.tree.structure(params):
     raise ValueError("param_mask must be a pytree with the same structure as params (0/1 arrays)")
-  traces = jax.device_get(sgld.sample_chains(loss_fn, params, data, key, num_chains, num_burnin + num_draws, settings,
-                                             param_mask))
+  s = s.resolved(jax.tree.leaves(data)[0].shape[0])
+  traces = jax.device_get(sgld.sample_chains(loss_fn, params, data, key, s, param_mask=param_mask))
   loss_all = np.asarray(traces["loss"], np.float64)
   first = loop.first_nonfinite(loss_all)
   if first is not None:
     chain, step = first
     raise ChainDivergedError(
-        f"chain {chain} became non-finite at step {step} (draw {step - num_burnin} after "
-        f"{num_burnin} burn-in steps) with step_size={step_size:g}; try a smaller step_size or a larger localization")
-  l0 = init_loss(loss_fn, params, data, key, batch_size)
-  keep = lambda name: np.asarray(traces[name], np.float64)[:, num_burnin:]
-  loss_trace = loss_all[:, num_burnin:]
+        f"chain {chain} became non-finite at step {step} (draw {step - s.num_burnin} after "
+        f"{s.num_burnin} burn-in steps) with step_size={s.step_size:g}; try a smaller step_size or a larger "
+        "localization")
+  l0 = init_loss(loss_fn, params, data, key, s.batch_size)
+  keep = lambda name: np.asarray(traces[name], np.float64)[:, s.num_burnin:]
+  loss_trace = loss_all[:, s.num_burnin:]
   delta = loss_trace - keep("loss_at_star")
-  per_chain = nbeta * delta.mean(axis=1)
+  per_chain = s.nbeta * delta.mean(axis=1)
   diagnostics = {
       "fraction_below_init_loss": float(np.mean(delta < 0)),  # below w*'s loss on the same minibatch
       "distance_final": keep("distance")[:, -1],
       "distance_mean": float(keep("distance").mean()),
       "drift_norm_mean": float(keep("drift_norm").mean()),
       "noise_norm_mean": float(keep("noise_norm").mean()),
+      "nbeta": s.nbeta,
   }
-  if mala:
+  if s.mala:
     diagnostics["mala_acceptance"] = float(keep("acceptance").mean())
   return LLCResult(llc_mean=float(per_chain.mean()), llc_std=float(per_chain.std()), llc_per_chain=per_chain,
                    loss_trace=loss_trace, init_loss=l0, diagnostics=diagnostics)

@@ -16,8 +16,20 @@ With ``rmsprop=α`` the step is preconditioned as in pSGLD (Li et al. 2016, with
 A ``param_mask`` (a pytree of 0/1 arrays like ``params``) restricts sampling to part of the parameters (the
 weight-refined LLC): masked-out coordinates stay at ``w*``.
 
+Every setting of a run travels in one :class:`SGLDSettings`. The sampler knows nothing of what its callers
+compute from the draws: an *accumulator* (any hashable object with ``init(params_star, data)`` and
+``update(state, w, step, data)``, e.g. :class:`mechjax.slt.moments.StreamedMoments`) is carried through the
+scan and updated with every draw.
+
 Randomness is a function of the key only: chain ``c`` uses ``fold_in(key, c)`` and its step ``t`` uses
 ``fold_in(chain_key, t)``, so the same key gives the same draws bit for bit.
+
+**One program per computation.** :func:`sample_chains` compiles one ``jit(vmap(scan))`` program per loss
+function, settings, mask presence, accumulator and device layout, and keeps the latest
+:data:`PROGRAM_CACHE_SIZE` of them: another key, another ``w*`` or other data of the same shapes reuse the
+program. The cache compares loss functions and accumulators by equality, so pass the same function each
+time (a module-level function, a bound method, or a hashable callable such as :class:`MeanLoss`), not a new
+lambda per call: a new lambda is a new program, and the cache holds it until it is evicted.
 """
 
 from __future__ import annotations
@@ -29,11 +41,12 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from mechjax.slt import susceptibility
+from mechjax import config
+from mechjax import sharding as sharding_lib
 
 Params = Any
+PROGRAM_CACHE_SIZE = 16
 
 
 def default_nbeta(n: int) -> float:
@@ -51,26 +64,77 @@ def default_nbeta(n: int) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class SGLDSettings:
-  step_size: float
-  nbeta: float
-  localization: float
-  batch_size: int
-  rmsprop: float | None = None  # the decay α of the preconditioner, or None for plain SGLD
-  rmsprop_eps: float = 1e-8
-  mala: bool = True  # estimate a MALA acceptance probability per step (one more gradient per step)
+class SGLDSettings(config.Settings):
+  """Everything that defines an SGLD run but the loss, the data, ``w*`` and the key.
 
-  def __post_init__(self):
-    for name in ("step_size", "nbeta"):
-      value = getattr(self, name)
-      if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
-    if not (math.isfinite(self.localization) and self.localization >= 0):
-      raise ValueError(f"localization (gamma) must be a finite number >= 0; got {self.localization!r}")
-    if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
-      raise ValueError(f"batch_size must be an integer >= 1; got {self.batch_size!r}")
-    if self.rmsprop is not None and not 0.0 < self.rmsprop < 1.0:
-      raise ValueError(f"rmsprop (the preconditioner's decay) must be in (0, 1) or None; got {self.rmsprop!r}")
+  It is also a settings group of the SLT studies' configs (:func:`mechjax.config.group`), so chains, draws
+  and step size have one name in every study (``cfg.sgld.num_chains``) whatever their flags are called.
+  """
+
+  step_size: float = config.setting(config.REQUIRED, "SGLD step size ε.", check=config.positive)
+  localization: float = config.setting(config.REQUIRED, "Localization strength γ of the Gaussian prior at w*.",
+                                       check=config.non_negative)
+  batch_size: int = config.setting(config.REQUIRED, "SGLD minibatch size (drawn with replacement each step).",
+                                   check=config.at_least(1))
+  num_chains: int = config.setting(4, "SGLD chains, vmapped (and sharded when there are several devices).",
+                                   check=config.at_least(1))
+  num_draws: int = config.setting(200, "SGLD draws per chain, after burn-in.", check=config.at_least(1))
+  num_burnin: int = config.setting(0, "SGLD burn-in steps per chain (discarded).", check=config.at_least(0))
+  nbeta: float | None = config.setting(None, "Inverse temperature times n; unset: n / ln n of the data "
+                                       "(default_nbeta).", check=config.positive, unset=0.0)
+  rmsprop: float | None = config.setting(None, "Decay α of a pSGLD RMSProp preconditioner; unset: plain SGLD.",
+                                         check=config.within(0.0, 1.0))
+  rmsprop_eps: float = config.setting(1e-8, "δ of the RMSProp preconditioner.", check=config.positive)
+  mala: bool = config.setting(True, "Estimate a MALA acceptance probability per step (one more gradient per "
+                              "step).")
+
+  @property
+  def num_steps(self) -> int:
+    """Steps per chain: burn-in and draws."""
+    return self.num_burnin + self.num_draws
+
+  def resolved(self, n: int) -> SGLDSettings:
+    """These settings with ``nbeta`` filled in for a dataset of ``n`` samples when it is unset."""
+    return self if self.nbeta is not None else dataclasses.replace(self, nbeta=default_nbeta(n))
+
+
+STUDY_FLAGS = {"num_chains": "chains", "num_draws": "draws", "num_burnin": "burnin", "step_size": "sgld_step_size",
+               "localization": "localization", "batch_size": "sgld_batch_size"}
+
+
+def study_group(help: str, **defaults: Any) -> Any:  # noqa: A002
+  """The SGLD settings group of a susceptibility study's ``Config``, with the flags ``--chains --draws --burnin
+  --sgld_step_size --localization --sgld_batch_size`` (:data:`STUDY_FLAGS`) and the defaults the patterning
+  studies share (4 chains, ε = 1e-4, γ = 100, batches of 64), which ``defaults`` override."""
+  base = dict(step_size=1e-4, localization=100.0, batch_size=64, num_chains=4)
+  return config.group(SGLDSettings(**{**base, **defaults}), help=help, flags=STUDY_FLAGS)
+
+
+def settings_from(settings: SGLDSettings | None, **loose: Any) -> SGLDSettings:
+  """The settings of a call that takes either ``settings=`` or the loose keywords (``step_size=...``): one
+  or the other, so that no value is silently ignored. Loose keywords left at None take the defaults."""
+  given = {k: v for k, v in loose.items() if v is not None}
+  if settings is not None:
+    if given:
+      raise TypeError(f"pass either settings= or the keywords {sorted(given)}, not both")
+    if not isinstance(settings, SGLDSettings):
+      raise TypeError(f"settings must be an SGLDSettings; got {type(settings).__name__}")
+    return settings
+  missing = [k for k in ("step_size", "localization", "batch_size") if k not in given]
+  if missing:
+    raise TypeError(f"missing the SGLD settings {missing} (or pass settings=SGLDSettings(...))")
+  return SGLDSettings(**given)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeanLoss:
+  """``loss(params, batch) = mean(per_sample_loss(params, batch))``, hashable by its function: samplers built
+  from equal ``MeanLoss`` objects share one compiled program."""
+
+  per_sample_loss: Callable[[Params, Any], jax.Array]
+
+  def __call__(self, params, batch):
+    return jnp.mean(self.per_sample_loss(params, batch))
 
 
 def _tree_dot(a, b):
@@ -78,17 +142,9 @@ def _tree_dot(a, b):
 
 
 def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Params, data: Any, key: jax.Array,
-                 num_steps: int, settings: SGLDSettings, param_mask: Params | None = None,
-                 observe: Callable[[Params, Any], tuple[jax.Array, jax.Array]] | None = None, observe_data: Any = None,
-                 stream_from: int | None = None):
+                 num_steps: int, settings: SGLDSettings, param_mask: Params | None = None, accumulator: Any = None,
+                 accumulator_data: Any = None):
   """Runs one chain from ``w*`` for ``num_steps`` steps; returns per-step traces (each ``(num_steps,)``).
-
-  With ``observe``, ``observe(w, observe_data) -> (phi_K, dloss_M)`` is evaluated at every draw ``w``
-  (before the step, like ``loss``): K observables and M loss changes, the inputs of
-  :mod:`mechjax.slt.susceptibility`. With ``stream_from=None`` they are returned as traces ``phi``
-  ``(num_steps, K)`` and ``dloss`` ``(num_steps, M)``; with ``stream_from=b`` only their running moments over
-  the steps ``t ≥ b`` are kept (``moments``, a :class:`mechjax.slt.susceptibility.Moments`), so memory does
-  not grow with the number of draws.
 
   Traces: ``loss`` (the minibatch loss at ``w`` *before* the step), ``loss_at_star`` (the same minibatch's
   loss at ``w*``: their difference is what the LLC averages, see :mod:`mechjax.slt.llc`),
@@ -96,8 +152,14 @@ def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Param
   (``‖√ε·ξ‖``) and, with ``settings.mala``, ``acceptance``: the Metropolis–Hastings acceptance probability
   ``min(1, exp(U(w) − U(w') + log q(w|w') − log q(w'|w)))`` of the proposal, with ``U = nβ·L_B + (γ/2)‖w − w*‖²``
   on the step's minibatch. Values near 1 mean the step size is small enough for the discretisation.
+
+  With an ``accumulator``, ``accumulator.update(state, w, t, accumulator_data)`` sees every draw ``w`` (before
+  step ``t``, like ``loss``), and its final state is returned as ``traces["accumulated"]``: memory does not
+  grow with the number of draws. ``settings.nbeta`` must be set (see :meth:`SGLDSettings.resolved`).
   """
   s = settings
+  if s.nbeta is None:
+    raise ValueError("settings.nbeta is unset; call settings.resolved(n) with the number of samples first")
   n = jax.tree.leaves(data)[0].shape[0]
   mask = jax.tree.map(jnp.ones_like, params_star) if param_mask is None else param_mask
   eps = s.step_size
@@ -118,7 +180,7 @@ def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Param
     return -_tree_dot(resid, resid) / (2 * eps)
 
   def step(carry, t):
-    w, v, mom = carry
+    w, v, acc = carry
     k_batch, k_noise = jax.random.split(jax.random.fold_in(key, t))
     idx = jax.random.randint(k_batch, (s.batch_size,), 0, n)
     batch = jax.tree.map(lambda a: a[idx], data)
@@ -137,85 +199,71 @@ def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Param
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
     out = {"loss": loss, "loss_at_star": loss_fn(params_star, batch), "distance": jnp.sqrt(_tree_dot(diff, diff)),
            "drift_norm": jnp.sqrt(_tree_dot(drift, drift)), "noise_norm": jnp.sqrt(_tree_dot(noise, noise))}
-    if observe is not None:
-      phi, dloss = observe(w, observe_data)
-      if stream_from is None:
-        out["phi"], out["dloss"] = phi, dloss
-      else:
-        mom = susceptibility.moments_update(mom, phi, dloss, (t >= stream_from).astype(phi.dtype))
+    if accumulator is not None:
+      acc = accumulator.update(acc, w, t, accumulator_data)
     if s.mala:
       u_new, _, grad_new, _ = potential_and_grad(w_new, batch)
       log_ratio = u_w - u_new + log_q(w, w_new, grad_new, precond) - log_q(w_new, w, grad_u, precond)
       out["acceptance"] = jnp.minimum(1.0, jnp.exp(jnp.minimum(log_ratio, 0.0)))
-    return (w_new, v, mom), out
+    return (w_new, v, acc), out
 
   v0 = jax.tree.map(jnp.zeros_like, params_star)
-  mom0 = None
-  if observe is not None and stream_from is not None:
-    phi0, dloss0 = jax.eval_shape(observe, params_star, observe_data)
-    if phi0.ndim != 1 or dloss0.ndim != 1:
-      raise ValueError(f"observe must return two vectors (phi_K, dloss_M); got shapes {phi0.shape} and {dloss0.shape}")
-    mom0 = susceptibility.moments_init(phi0.shape[0], dloss0.shape[0], phi0.dtype)
-  (_, _, mom), traces = jax.lax.scan(step, (params_star, v0, mom0), jnp.arange(num_steps))
-  if mom is not None:
-    traces["moments"] = mom
+  acc0 = None if accumulator is None else accumulator.init(params_star, accumulator_data)
+  (_, _, acc), traces = jax.lax.scan(step, (params_star, v0, acc0), jnp.arange(num_steps))
+  if accumulator is not None:
+    traces["accumulated"] = acc
   return traces
 
 
-def sample_chains(loss_fn, params_star, data, key: jax.Array, num_chains: int, num_steps: int, settings: SGLDSettings,
-                  param_mask=None, observe=None, observe_data=None, stream_from: int | None = None):
-  """``num_chains`` chains from ``w*`` in one ``jit(vmap(scan))`` program; every trace is ``(num_chains, num_steps)``.
+def chain_keys(key: jax.Array, num_chains: int) -> jax.Array:
+  """``fold_in(key, c)`` for chains ``c = 0 … num_chains − 1``."""
+  return _chain_keys(key, num_chains)
 
-  When JAX sees more than one device and ``num_chains`` is a multiple of their number, the chain axis is
-  sharded over all of them (a 1-D ``Mesh`` named ``"chains"``; ``w*`` and the data are replicated), so
-  each device runs its share of the chains in parallel. On a CPU, ``jax.config.update("jax_num_cpu_devices",
-  os.cpu_count())`` before JAX starts makes every core a device: with 2 cores the sampler runs about 1.5×
-  faster than on one device, because XLA runs the elementwise work of one device on one core. The draws
-  depend on the key and on the number of devices (the partitioned matmuls round differently), not on
-  anything else. ``observe``, ``observe_data`` and ``stream_from``: see :func:`sample_chain`.
+
+@functools.partial(jax.jit, static_argnums=1)
+def _chain_keys(key, num_chains):
+  return jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
+
+
+def sample_chains(loss_fn, params_star, data, key: jax.Array, settings: SGLDSettings, *, param_mask=None,
+                  accumulator: Any = None, accumulator_data: Any = None, shard: bool | None = None):
+  """``settings.num_chains`` chains of ``settings.num_steps`` steps from ``w*`` in one ``jit(vmap(scan))``
+  program; every trace is ``(num_chains, num_steps)`` (see :func:`sample_chain`).
+
+  When JAX sees several devices and their number divides ``num_chains``, the chain axis is sharded over all
+  of them (:func:`mechjax.sharding.leading_axis`; ``w*`` and the data are replicated), so each device runs its
+  share of the chains. On a CPU, :func:`mechjax.train.flags.cpu_cores_as_devices` before JAX starts makes
+  every core a device: with 2 cores the sampler runs about 1.5× faster than on one device. The draws depend
+  on the key and on the number of devices (the partitioned matmuls round differently), on nothing else.
+  ``settings.nbeta`` unset means ``n / ln n`` of ``data``.
   """
-  if not (isinstance(num_chains, int) and num_chains >= 1 and isinstance(num_steps, int) and num_steps >= 1):
-    raise ValueError(f"num_chains and num_steps must be integers >= 1; got {num_chains!r} and {num_steps!r}")
   n = jax.tree.leaves(data)[0].shape[0]
   if settings.batch_size > n:
     raise ValueError(f"batch_size={settings.batch_size} exceeds the {n} samples in data")
-  keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
-  shards = chain_shards(num_chains)
-  if stream_from is not None and not (isinstance(stream_from, int) and 0 <= stream_from < num_steps):
-    raise ValueError(f"stream_from must be an integer in [0, num_steps={num_steps}); got {stream_from!r}")
-  program = _program(loss_fn, num_steps, settings, param_mask is not None, shards, observe, stream_from)
-  return program(params_star, data, keys, param_mask, observe_data)
+  settings = settings.resolved(n)
+  layout = sharding_lib.leading_axis(settings.num_chains, "chains", shard)
+  program = _program(loss_fn, settings, param_mask is not None, accumulator, layout)
+  return program(params_star, data, chain_keys(key, settings.num_chains), param_mask, accumulator_data)
 
 
-@functools.lru_cache(maxsize=64)
-def _program(loss_fn, num_steps: int, settings: SGLDSettings, masked: bool, shards: int = 1, observe=None,
-             stream_from: int | None = None):
-  """One compiled program per (loss, length, settings, devices, observables): repeated calls (another key,
-  another w*, other data of the same shapes) reuse it instead of tracing and compiling again."""
+@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
+def _program(loss_fn, settings: SGLDSettings, masked: bool, accumulator, layout):
+  """One compiled program per (loss, settings, mask presence, accumulator, device layout): repeated calls
+  (another key, another w*, other data of the same shapes) reuse it instead of tracing and compiling again."""
 
-  def run(params_star, data, keys, param_mask, observe_data):
-    chain = lambda k: sample_chain(loss_fn, params_star, data, k, num_steps, settings, param_mask if masked else None,
-                                   observe, observe_data, stream_from)
+  def run(params_star, data, keys, param_mask, accumulator_data):
+    chain = lambda k: sample_chain(loss_fn, params_star, data, k, settings.num_steps, settings,
+                                   param_mask if masked else None, accumulator, accumulator_data)
     return jax.vmap(chain)(keys)
 
-  return jit_over_chains(run, shards)
+  return jit_over_chains(run, layout)
 
 
-def chain_shards(num_chains: int) -> int:
-  """Over how many devices the chain axis is split: all of them when there are several and their number
-  divides ``num_chains``, else 1."""
-  ndev = len(jax.devices())
-  return ndev if ndev > 1 and num_chains % ndev == 0 else 1
-
-
-def jit_over_chains(run: Callable, shards: int, chain_axis: int = 0):
-  """``jit(run)`` for ``run(params, data, keys, mask, observe_data)``: with ``shards > 1`` the chain keys and
-  axis ``chain_axis`` of every output are split over the first ``shards`` devices (a 1-D ``Mesh`` named
-  ``"chains"``), and everything else is replicated."""
-  if shards == 1:
+def jit_over_chains(run: Callable, layout, chain_axis: int = 0):
+  """``jit(run)`` for ``run(params, data, keys, mask, accumulator_data)``: with a ``layout`` (a sharding from
+  :func:`mechjax.sharding.leading_axis`) the chain keys and axis ``chain_axis`` of every output are split
+  over its devices, and everything else is replicated."""
+  if layout is None:
     return jax.jit(run)
-  mesh = jax.sharding.Mesh(np.array(jax.devices()[:shards]), ("chains",))
-  sharding = lambda *spec: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
-  replicated, by_chain = sharding(), sharding("chains")
-  return jax.jit(run, in_shardings=(replicated, replicated, by_chain, replicated, replicated),
-                 out_shardings=sharding(*([None] * chain_axis), "chains"))
+  rep = sharding_lib.replicated(layout)
+  return jax.jit(run, in_shardings=(rep, rep, layout, rep, rep), out_shardings=sharding_lib.along(layout, chain_axis))

@@ -11,20 +11,25 @@ susceptibility, so the Jacobian is ``nβ·χ``. For a shift toward probe sample 
 ``ΔL(w) = ℓ_i(w) − L(w)``; per-token susceptibilities take ``q′`` at one token.
 
 The estimates here take posterior draws, either stored (``S × K`` observables and ``S × M`` loss changes)
-or streamed: :class:`Moments` keeps running means and the cross-moment ``Σ (φ − φ̄)(ΔL − ΔL̄)ᵀ`` (Welford's
-update, with Chan et al.'s rule to merge chains), so that memory is ``K × M`` whatever the number of
-draws. Both give the unbiased (``S − 1``) sample covariance.
+or streamed through the sampler (:mod:`mechjax.slt.moments`, re-exported here), so that memory is ``K × M``
+whatever the number of draws. Both give the unbiased (``S − 1``) sample covariance.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from mechjax import rng
+from mechjax import sharding as sharding_lib
+from mechjax.slt import sgld
+from mechjax.slt.moments import (Moments, StreamedMoments, moments_covariance, moments_init, moments_merge,  # noqa: F401
+                                 moments_reduce, moments_update)
 
 
 def _as_draws(name: str, a) -> jax.Array:
@@ -43,7 +48,7 @@ def covariance(phi_SxK, dloss_SxM) -> jax.Array:
     raise ValueError(f"phi_SxK and dloss_SxM must hold the same draws; got {phi.shape[0]} and {d.shape[0]} rows")
   if phi.shape[0] < 2:
     raise ValueError(f"a covariance needs at least 2 draws; got {phi.shape[0]}")
-  phi_c, d_c = phi - phi.mean(0), d - d.mean(0)
+  phi_c, d_c = phi - phi.mean(0, keepdims=True), d - d.mean(0, keepdims=True)
   return phi_c.T @ d_c / (phi.shape[0] - 1)
 
 
@@ -70,7 +75,7 @@ def standard_error(phi_SxK, dloss_SxM) -> jax.Array:
   """Monte-Carlo standard error of each entry of :func:`covariance` for *independent* draws: the standard
   deviation of the centred products over ``√S``. Correlated draws (SGLD) need more: see :func:`batch_means_error`."""
   phi, d = _as_draws("phi_SxK", phi_SxK), _as_draws("dloss_SxM", dloss_SxM)
-  prod = (phi - phi.mean(0))[:, :, None] * (d - d.mean(0))[:, None, :]
+  prod = (phi - phi.mean(0, keepdims=True))[:, :, None] * (d - d.mean(0, keepdims=True))[:, None, :]
   return prod.std(0, ddof=1) / np.sqrt(phi.shape[0])
 
 
@@ -82,67 +87,13 @@ def batch_means_error(phi_SxK, dloss_SxM, num_batches: int = 20) -> jax.Array:
   if size < 2:
     raise ValueError(f"{phi.shape[0]} draws are too few for {num_batches} batches of at least 2")
   # Centre on the global means, so that each block's mean product estimates the same covariance.
-  prod = (phi - phi.mean(0))[:, :, None] * (d - d.mean(0))[:, None, :]
+  prod = (phi - phi.mean(0, keepdims=True))[:, :, None] * (d - d.mean(0, keepdims=True))[:, None, :]
   blocks = prod[: size * num_batches].reshape(num_batches, size, *prod.shape[1:]).mean(1)
   return blocks.std(0, ddof=1) / np.sqrt(num_batches)
 
 
-class Moments(NamedTuple):
-  """Running first and cross moments of ``(φ, ΔL)`` draws: ``count``, the means, and the cross-moment
-  ``Σ (φ − φ̄)(ΔL − ΔL̄)ᵀ``. A pytree, so it can be carried through ``lax.scan`` and vmapped over chains."""
-
-  count: jax.Array  # ()
-  mean_phi: jax.Array  # (K,)
-  mean_dloss: jax.Array  # (M,)
-  comoment: jax.Array  # (K, M)
-
-
-def moments_init(k: int, m: int, dtype=jnp.float32) -> Moments:
-  return Moments(jnp.zeros((), dtype), jnp.zeros((k,), dtype), jnp.zeros((m,), dtype), jnp.zeros((k, m), dtype))
-
-
-def moments_update(mom: Moments, phi_K, dloss_M, weight=1.0) -> Moments:
-  """Adds one draw with ``weight`` 1 (or 0: nothing changes, e.g. during burn-in inside a scan)."""
-  count = mom.count + weight
-  safe = jnp.where(count > 0, count, 1.0)
-  d_phi = phi_K - mom.mean_phi
-  mean_phi = mom.mean_phi + weight * d_phi / safe
-  mean_dloss = mom.mean_dloss + weight * (dloss_M - mom.mean_dloss) / safe
-  comoment = mom.comoment + weight * jnp.outer(d_phi, dloss_M - mean_dloss)
-  return Moments(count, mean_phi, mean_dloss, comoment)
-
-
-def moments_merge(a: Moments, b: Moments) -> Moments:
-  """The moments of the union of two sets of draws (Chan, Golub & LeVeque 1979)."""
-  count = a.count + b.count
-  safe = jnp.where(count > 0, count, 1.0)
-  d_phi, d_dloss = b.mean_phi - a.mean_phi, b.mean_dloss - a.mean_dloss
-  mean_phi = a.mean_phi + d_phi * b.count / safe
-  mean_dloss = a.mean_dloss + d_dloss * b.count / safe
-  comoment = a.comoment + b.comoment + jnp.outer(d_phi, d_dloss) * (a.count * b.count / safe)
-  return Moments(count, mean_phi, mean_dloss, comoment)
-
-
-def moments_reduce(stacked: Moments) -> Moments:
-  """Merges moments stacked along a leading axis (e.g. one per chain) into one."""
-  n = stacked.count.shape[0]
-  out = jax.tree.map(lambda a: a[0], stacked)
-  for i in range(1, n):
-    out = moments_merge(out, jax.tree.map(lambda a, i=i: a[i], stacked))
-  return out
-
-
-def moments_covariance(mom: Moments) -> jax.Array:
-  """The unbiased cross-covariance from streamed moments (equals :func:`covariance` on the same draws).
-  Stacked moments (leading axes on every field, e.g. one per chain) give one covariance per entry."""
-  return mom.comoment / (jnp.asarray(mom.count) - 1)[..., None, None]
-
-
 # --------------------------------------------------------------------------------------------------------------
 # High level: run the sampler and assemble susceptibilities.
-
-EVAL_STREAM = 2**31 - 5  # the key stream of the evaluation subset (chains use fold_in(key, c) with small c)
-
 
 @dataclasses.dataclass
 class SusceptibilityResult:
@@ -159,6 +110,7 @@ class SusceptibilityResult:
     components: the component names, in row order.
     probe_shape: the shape of the probe losses (e.g. ``(sequences, positions)`` for per-token probes); the
       M columns are their row-major flattening.
+    nbeta: the ``nβ`` of the posterior.
   """
 
   chi: np.ndarray
@@ -168,13 +120,17 @@ class SusceptibilityResult:
   observable_means: np.ndarray
   components: tuple[str, ...]
   probe_shape: tuple[int, ...]
+  nbeta: float
 
 
 def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *, key: jax.Array,
-                              components: dict[str, Any] | None = None, num_chains: int = 4, num_draws: int = 200,
-                              num_burnin: int = 0, step_size: float, nbeta: float, localization: float,
-                              batch_size: int, eval_size: int = 1024, observable: Callable | None = None,
-                              observable_data: Any = None) -> SusceptibilityResult:
+                              components: dict[str, Any] | None = None, num_chains: int | None = None,
+                              num_draws: int | None = None, num_burnin: int | None = None,
+                              step_size: float | None = None, nbeta: float | None = None,
+                              localization: float | None = None, batch_size: int | None = None,
+                              eval_size: int = 1024, observable: Callable | None = None,
+                              observable_data: Any = None,
+                              settings: sgld.SGLDSettings | None = None) -> SusceptibilityResult:
   """Per-sample or per-token susceptibilities of model components, with all components sampled at once.
 
   For each component ``C`` (a 0/1 mask pytree like ``params``; ``None`` means one component, the whole
@@ -182,8 +138,8 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
   observable is the component-restricted loss change ``φ_C(w) = L(w) − L(w*)``. The probes are the
   per-sample (or per-token) losses ``ℓ_i`` on ``probes``, and the shift toward probe ``i`` changes the
   training loss by ``ΔL_i(w) = ℓ_i(w) − L(w)``. ``L`` is the mean loss on a fixed evaluation subset of
-  ``data`` (all of it when ``n ≤ eval_size``, else ``eval_size`` samples drawn without replacement from
-  ``fold_in(key, EVAL_STREAM)``): a deterministic function of ``w``, so that no minibatch noise is shared by
+  ``data`` (all of it when ``n ≤ eval_size``, else ``eval_size`` samples drawn without replacement from the
+  key's stream ``"eval-subset"``): a deterministic function of ``w``, so that no minibatch noise is shared by
   ``φ`` and ``ΔL``.
 
   The moments of ``(φ_C, ΔL)`` are streamed inside the scan (memory ``C × M`` per chain, whatever
@@ -193,18 +149,27 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
 
   Args:
     per_sample_loss: ``per_sample_loss(params, batch)`` returns one loss per sample, ``(B,)``, or per
-      token, ``(B, T)``; the SGLD loss is its mean.
+      token, ``(B, T)``; the SGLD loss is its mean. Pass the same function on every call (a module-level
+      function or a bound method), so the compiled program is reused.
     params: ``w*``.
     data: the training data, a pytree with the sample axis first.
     probes: a pytree of probe samples in the same format.
+    key: every random choice derives from it.
     components: ``{name: mask}``; default ``{"all": None}``.
+    eval_size: the size of the fixed evaluation subset that defines ``L``.
     observable: optional ``observable(params, observable_data) -> (K − 1,)``: more observables whose
       susceptibilities are wanted (e.g. a probe-set loss that measures a behaviour), streamed beside the
-      loss change.
-    Other arguments as in :func:`mechjax.slt.llc.estimate_llc`.
+      loss change. Pass the same function on every call.
+    observable_data: the data ``observable`` reads.
+    settings: the SGLD settings (:class:`mechjax.slt.sgld.SGLDSettings`; ``mala`` is not used), or the
+      keywords ``num_chains`` … ``batch_size`` as in :func:`mechjax.slt.llc.estimate_llc`.
   """
-  from mechjax.slt import sgld  # local: sgld imports this module for Moments
-
+  s = sgld.settings_from(settings, num_chains=num_chains, num_draws=num_draws, num_burnin=num_burnin,
+                         step_size=step_size, nbeta=nbeta, localization=localization, batch_size=batch_size)
+  n = jax.tree.leaves(data)[0].shape[0]
+  if s.batch_size > n:
+    raise ValueError(f"batch_size={s.batch_size} exceeds the {n} samples in data")
+  s = dataclasses.replace(s.resolved(n), mala=False)
   components = {"all": None} if components is None else dict(components)
   if not components:
     raise ValueError("components must name at least one mask")
@@ -215,58 +180,74 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
       raise ValueError(f"the mask of component {name!r} must be a pytree with the structure of params")
     masks.append(ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params))
   masks = jax.tree.map(lambda *m: jnp.stack(m), *masks)
-  settings = sgld.SGLDSettings(step_size=step_size, nbeta=nbeta, localization=localization, batch_size=batch_size,
-                               mala=False)
-  n = jax.tree.leaves(data)[0].shape[0]
   if n > eval_size:
-    idx = jax.random.choice(jax.random.fold_in(key, EVAL_STREAM), n, (eval_size,), replace=False)
+    idx = jax.random.choice(rng.fold(key, "eval-subset"), n, (eval_size,), replace=False)
     eval_data = jax.tree.map(lambda a: a[idx], data)
   else:
     eval_data = data
-  probe_shape = tuple(jax.eval_shape(per_sample_loss, params, probes).shape)
+  probe_shape = _output_shape(per_sample_loss, params, probes)
   observe_data = {"eval": eval_data, "probes": probes, "extra": observable_data,
                   "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data))}
-  program = _components_program(per_sample_loss, num_burnin + num_draws, settings, num_burnin, observable,
-                                sgld.chain_shards(num_chains))
-  keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
-  mom = jax.device_get(program(params, data, keys, masks, observe_data))  # leaves (C, chains, ...)
+  layout = sharding_lib.leading_axis(s.num_chains, "chains")
+  program = _components_program(per_sample_loss, s, observable, layout)
+  mom = jax.device_get(program(params, data, sgld.chain_keys(key, s.num_chains), masks, observe_data))
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
   merged = jax.vmap(moments_reduce)(jax.tree.map(jnp.asarray, mom))
   chi = -np.asarray(moments_covariance(merged))
-  llc = nbeta * np.asarray(merged.mean_phi[:, 0])
+  llc = s.nbeta * np.asarray(merged.mean_phi[:, 0])
   if not (np.all(np.isfinite(chi)) and np.all(np.isfinite(llc))):
-    raise FloatingPointError(f"non-finite susceptibilities (step_size={step_size:g}); try a smaller step_size "
+    raise FloatingPointError(f"non-finite susceptibilities (step_size={s.step_size:g}); try a smaller step_size "
                              "or a larger localization")
-  return SusceptibilityResult(chi=chi, response=nbeta * chi,
-                              standard_error=per_chain.std(1, ddof=1) / np.sqrt(num_chains) if num_chains > 1
+  return SusceptibilityResult(chi=chi, response=s.nbeta * chi,
+                              standard_error=per_chain.std(1, ddof=1) / np.sqrt(s.num_chains) if s.num_chains > 1
                               else np.full_like(chi, np.nan), llc=llc,
                               observable_means=np.asarray(merged.mean_phi), components=tuple(components),
-                              probe_shape=probe_shape)
+                              probe_shape=probe_shape, nbeta=s.nbeta)
 
 
-@functools.lru_cache(maxsize=16)
-def _components_program(per_sample_loss, num_steps: int, settings, stream_from: int, observable=None,
-                        shards: int = 1):
-  from mechjax.slt import sgld
+def _output_shape(fn: Callable, *args) -> tuple[int, ...]:
+  """``fn(*args).shape`` without running it, traced once per function and argument shapes (``jax.eval_shape``
+  alone traces on every call)."""
+  leaves, treedef = jax.tree.flatten(args)
+  return _output_shape_of(fn, treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype).name) for x in leaves))
 
-  loss_fn = lambda w, batch: jnp.mean(per_sample_loss(w, batch))
 
-  def observe(w, od):
-    eval_loss = jnp.mean(per_sample_loss(w, od["eval"]))
-    probe = per_sample_loss(w, od["probes"]).reshape(-1)
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _output_shape_of(fn, treedef, avals) -> tuple[int, ...]:
+  args = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in avals])
+  return tuple(jax.eval_shape(fn, *args).shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ComponentObserve:
+  """``(φ, ΔL)`` at a draw: the evaluation-subset loss change (and the extra observables), and every probe's
+  shift ``ℓ_i − L``. Hashable by its functions, so equal calls share one program."""
+
+  per_sample_loss: Callable
+  observable: Callable | None
+
+  def __call__(self, w, od):
+    eval_loss = jnp.mean(self.per_sample_loss(w, od["eval"]))
+    probe = self.per_sample_loss(w, od["probes"]).reshape(-1)
     phi = (eval_loss - od["eval_loss_star"])[None]
-    if observable is not None:
-      phi = jnp.concatenate([phi, jnp.asarray(observable(w, od["extra"]), phi.dtype).reshape(-1)])
+    if self.observable is not None:
+      phi = jnp.concatenate([phi, jnp.asarray(self.observable(w, od["extra"]), phi.dtype).reshape(-1)])
     return phi, probe - eval_loss
+
+
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _components_program(per_sample_loss, settings: sgld.SGLDSettings, observable, layout):
+  loss_fn = sgld.MeanLoss(per_sample_loss)
+  accumulator = StreamedMoments(_ComponentObserve(per_sample_loss, observable), start=settings.num_burnin)
 
   def run(params, data, keys, masks, observe_data):
     def component(mask):
-      chain = lambda k: sgld.sample_chain(loss_fn, params, data, k, num_steps, settings, mask, observe, observe_data,
-                                          stream_from)["moments"]
+      chain = lambda k: sgld.sample_chain(loss_fn, params, data, k, settings.num_steps, settings, mask, accumulator,
+                                          observe_data)["accumulated"]
       return jax.vmap(chain)(keys)
     return jax.vmap(component)(masks)
 
-  return sgld.jit_over_chains(run, shards, chain_axis=1)  # outputs are (components, chains, ...)
+  return sgld.jit_over_chains(run, layout, chain_axis=1)  # outputs are (components, chains, ...)
 
 
 def principal_directions(chi, num: int | None = None, center: bool = True) -> dict[str, np.ndarray]:
@@ -283,28 +264,25 @@ def principal_directions(chi, num: int | None = None, center: bool = True) -> di
   return {"U": u[:, :num], "S": s[:num], "Vt": vt[:num], "explained_variance": (s**2 / np.sum(s**2))[:num]}
 
 
-def bif(per_sample_loss: Callable, params, data, queries, train_probes, **kwargs) -> np.ndarray:
+def bif(per_sample_loss: Callable, params, data, queries, train_probes, *, key: jax.Array,
+        settings: sgld.SGLDSettings | None = None, **sgld_keywords) -> np.ndarray:
   """The Bayesian influence function ``BIF(q, i) = −Cov(ℓ_q, ℓ_i)`` of training probes ``i`` on query
-  samples ``q`` over the localized posterior, ``(Q, I)``. Keyword arguments as :func:`estimate_susceptibilities`
-  (``key``, ``step_size``, ``nbeta``, ``localization``, ``batch_size``, chains and draws); the query losses
-  are the observables, so ``Q`` columns of moments are streamed."""
-  from mechjax.slt import sgld
-
-  settings = sgld.SGLDSettings(step_size=kwargs.pop("step_size"), nbeta=kwargs.pop("nbeta"),
-                               localization=kwargs.pop("localization"), batch_size=kwargs.pop("batch_size"), mala=False)
-  key = kwargs.pop("key")
-  num_chains, num_draws = kwargs.pop("num_chains", 4), kwargs.pop("num_draws", 200)
-  num_burnin = kwargs.pop("num_burnin", 0)
-  if kwargs:
-    raise TypeError(f"unexpected arguments {sorted(kwargs)}")
-  observe = _bif_observe(per_sample_loss)
-  traces = sgld.sample_chains(lambda w, b: jnp.mean(per_sample_loss(w, b)), params, data, key, num_chains,
-                              num_burnin + num_draws, settings, observe=observe,
-                              observe_data={"queries": queries, "train": train_probes}, stream_from=num_burnin)
-  merged = moments_reduce(traces["moments"])
+  samples ``q`` over the localized posterior, ``(Q, I)``. The SGLD settings are ``settings`` or the keywords
+  of :func:`estimate_susceptibilities` (``step_size``, ``nbeta``, ``localization``, ``batch_size``, chains and
+  draws); the query losses are the observables, so ``Q`` columns of moments are streamed. Repeated calls with
+  the same ``per_sample_loss`` and settings reuse one compiled program."""
+  s = sgld.settings_from(settings, **sgld_keywords)
+  s = dataclasses.replace(s, mala=False)
+  accumulator = StreamedMoments(_BifObserve(per_sample_loss), start=s.num_burnin)
+  traces = sgld.sample_chains(sgld.MeanLoss(per_sample_loss), params, data, key, s, accumulator=accumulator,
+                              accumulator_data={"queries": queries, "train": train_probes})
+  merged = moments_reduce(traces["accumulated"])
   return -np.asarray(moments_covariance(merged))
 
 
-@functools.lru_cache(maxsize=16)
-def _bif_observe(per_sample_loss):
-  return lambda w, od: (per_sample_loss(w, od["queries"]).reshape(-1), per_sample_loss(w, od["train"]).reshape(-1))
+@dataclasses.dataclass(frozen=True)
+class _BifObserve:
+  per_sample_loss: Callable
+
+  def __call__(self, w, od):
+    return self.per_sample_loss(w, od["queries"]).reshape(-1), self.per_sample_loss(w, od["train"]).reshape(-1)

@@ -23,35 +23,59 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from mechjax import config
 from mechjax import plotting
+from mechjax import rng
 from mechjax.data import fourier
-from mechjax.models.mlp import TwoLayer
+from mechjax.models.mlp import ACTIVATIONS, TwoLayer
+from mechjax.studies import frame
 from mechjax.train import loop
-from mechjax.train import metrics as metrics_lib
 
 TASKS = ("amplitude", "linear_process", "spiked_principal", "spiked_isotropic")
 PHASE_TASKS = TASKS[1:]
 
 
+NAME = "fourier_phase"
+
+
+def _distinct_runs(alphas) -> str | None:
+  """Conditions are named with ``alpha:g``, so two alphas equal to 6 significant digits would share a run."""
+  return None if len({f"{a:g}" for a in alphas}) == len(alphas) else "must not repeat a value"
+
+
+def _shape(shape) -> str | None:
+  try:
+    fourier.check_shape(shape)
+  except ValueError:
+    return "must be N or H,W with integers >= 2, e.g. 32 or 16,16"
+  return None
+
+
 @dataclasses.dataclass(frozen=True)
-class Config:
-  tasks: tuple[str, ...] = TASKS
-  alphas: tuple[float, ...] = (0.0, 1.0, 2.0)
-  shape: tuple[int, ...] = (32,)
-  amplitude_alphas: tuple[float, float] = (0.0, 1.0)
-  beta: float = 5.0
-  noise: str = "rademacher"
-  width: int = 64
-  activation: str = "relu"
-  batch_size: int = 64
-  learning_rate: float = 0.05
-  eval_samples: int = 4096
-  target_accuracy: float = 0.6
-  seed: int = 0
-  num_seeds: int = 4
-  steps: int = 30_000
-  log_every: int = 500
-  checkpoint_every: int = 10_000
+class Config(config.Settings):
+  run: config.RunSettings = config.group(config.RunSettings(steps=30_000, num_seeds=4, log_every=500,
+                                                            checkpoint_every=10_000))
+  tasks: tuple[str, ...] = config.setting(TASKS, "Tasks to train.", choices=TASKS,
+                                          check=config.all_of(config.non_empty, config.distinct))
+  alphas: tuple[float, ...] = config.setting(
+      (0.0, 1.0, 2.0), "Power-spectrum exponents for the phase tasks, E|x_k|^2 ~ |k|^-alpha.", flag="alpha",
+      check=config.all_of(config.non_empty, config.each(config.non_negative), _distinct_runs))
+  shape: tuple[int, ...] = config.setting((32,), "Input shape: N for 1D signals, or H,W for images (e.g. 16,16).",
+                                          check=_shape)
+  amplitude_alphas: tuple[float, float] = config.setting(
+      (0.0, 1.0), "The two spectrum exponents of the amplitude task's classes.",
+      check=config.all_of(config.each(config.non_negative), config.distinct))
+  beta: float = config.setting(5.0, "Spike strength beta of the spiked-cumulant task.", check=config.non_negative)
+  noise: str = config.setting("rademacher", "Non-Gaussian noise of the linear-process task.", choices=fourier.NOISES)
+  width: int = config.setting(64, "Hidden units of the two-layer network.", check=config.at_least(1))
+  activation: str = config.setting("relu", "Hidden activation.", choices=sorted(ACTIVATIONS))
+  batch_size: int = config.setting(64, "Fresh samples per SGD step (online SGD: no sample is seen twice).",
+                                   check=config.at_least(2))
+  learning_rate: float = config.setting(0.05, "SGD step size.", check=config.positive)
+  eval_samples: int = config.setting(4096, "Size of the fixed test set (and its scrambled and whitened copies).",
+                                     check=config.at_least(2))
+  target_accuracy: float = config.setting(0.6, "summary.json reports the samples needed to reach this test "
+                                          "accuracy.", check=config.within(0.5, 1.0, high_open=False))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,16 +101,9 @@ def conditions(cfg: Config) -> list[Condition]:
   return out
 
 
-SPIKE_STREAM = 2**31 - 1  # seed_keys uses fold_in(PRNGKey(seed), i) for i < num_seeds, far below this.
-
-
-def spike_key(seed: int) -> jax.Array:
-  """The key of the teacher spike: a stream of its own, not shared with any seed's training key."""
-  return jax.random.fold_in(jax.random.PRNGKey(seed), SPIKE_STREAM)
-
-
 def make_sampler(cfg: Config, cond: Condition):
-  """``sample(key, n) -> (x, y)`` for one condition; the spike (the teacher) is fixed by ``cfg.seed``."""
+  """``sample(key, n) -> (x, y)`` for one condition; the spike (the teacher) is the stream ``"spike"`` of
+  ``--seed``, not any seed's training key."""
   shape = cfg.shape
   if cond.task == "amplitude":
     a0, a1 = cfg.amplitude_alphas
@@ -95,7 +112,7 @@ def make_sampler(cfg: Config, cond: Condition):
     return lambda key, n: fourier.sample_phase_task(key, n, shape=shape, alpha=cond.alpha, signal="linear_process",
                                                     noise=cfg.noise)
   kind = cond.task.removeprefix("spiked_")
-  u = fourier.make_spike(spike_key(cfg.seed), shape, cond.alpha, kind)
+  u = fourier.make_spike(rng.key(cfg.run.seed, "spike"), shape, cond.alpha, kind)
   return lambda key, n: fourier.sample_phase_task(key, n, shape=shape, alpha=cond.alpha, signal="spiked_cumulant",
                                                   strength=cfg.beta, u=u)
 
@@ -152,23 +169,30 @@ def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> di
   }
 
 
-def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains every condition (resuming any that were interrupted), then writes summary.json and figures."""
   histories, summary = {}, {"target_accuracy": cfg.target_accuracy, "conditions": {}}
-  keys = loop.seed_keys(cfg.seed, cfg.num_seeds)
+  keys = loop.seed_keys(cfg.run.seed, cfg.run.num_seeds)
   optimizer = optax.sgd(cfg.learning_rate)
   for cond in conditions(cfg):
-    result = loop.train(make_problem(cfg, cond), optimizer, keys=keys, steps=cfg.steps, workdir=workdir,
-                        run=cond.run, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
-                        progress=progress, summarize=_progress_text)
+    result = loop.train(make_problem(cfg, cond), optimizer, keys=keys, steps=cfg.run.steps, workdir=ctx.workdir,
+                        run=cond.run, log_every=cfg.run.log_every, checkpoint_every=cfg.run.checkpoint_every,
+                        progress=ctx.progress, summarize=_progress_text)
     histories[cond.run] = result.history
     summary["conditions"][cond.run] = summarize_condition(cfg, cond, result.history)
-  if metrics_lib.is_writer():
-    figures = os.path.join(workdir, "figures")
-    os.makedirs(figures, exist_ok=True)
-    summary["figures"] = plot_all(cfg, histories, figures)
-    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
-  return summary
+  return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, histories, folder))
+
+
+def report(summary: dict) -> list[str]:
+  """What the command line prints: each condition's final accuracy and when it reached the target."""
+  lines = []
+  for name, c in summary["conditions"].items():
+    reached = c["samples_to_target"]
+    reached = f"{reached} samples" if reached is not None else f"not within {c['samples']} samples"
+    lines.append(f"  {name:32s} final test acc {c['final_test_acc_mean']:.3f} ± {c['final_test_acc_sd']:.3f}; "
+                 f"{summary['target_accuracy']:g} reached: {reached}")
+  return lines
 
 
 def _progress_text(row: dict) -> str:
@@ -177,7 +201,7 @@ def _progress_text(row: dict) -> str:
 
 
 def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> list[str]:
-  """Writes the study's figures; returns their file names."""
+  """Writes the study's figures into the folder ``figures``; returns their paths."""
   conds = conditions(cfg)
   by_task = {t: [c for c in conds if c.task == t] for t in cfg.tasks}
   written = []
@@ -217,28 +241,4 @@ def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> lis
                                    curve(cond, "whitened_acc", "amplitude-whitened (phases only)")]))
   written.append(plotting.curves_figure(info_panels, os.path.join(figures, "information_used.png"),
                                         ylabel="test accuracy", target=None))
-  return [os.path.basename(w) for w in written]
-
-
-def config_from_flags(values: dict) -> Config:
-  """Builds a Config from parsed flag values: same names, except ``--alpha`` (→ ``alphas``), and list or
-  text flags converted to tuples of numbers."""
-  convert = {
-      "tasks": tuple,
-      "alphas": lambda v: tuple(float(a) for a in v),
-      "shape": parse_shape,
-      "amplitude_alphas": lambda v: tuple(float(a) for a in v),
-  }
-  values = {**values, "alphas": values["alpha"]}
-  fields = [f.name for f in dataclasses.fields(Config)]
-  return Config(**{name: convert.get(name, lambda v: v)(values[name]) for name in fields})
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-  """``"32"`` → ``(32,)``, ``"16,16"`` → ``(16, 16)``; raises ValueError otherwise."""
-  try:
-    shape = tuple(int(s) for s in str(text).replace("x", ",").split(","))
-  except ValueError:
-    raise ValueError(f"shape must be N or H,W with positive integers, e.g. 32 or 16,16; got {text!r}") from None
-  return fourier.check_shape(shape)
-
+  return written

@@ -37,54 +37,56 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from mechjax import config
 from mechjax import plotting
+from mechjax import rng
+from mechjax.config import ConfigError
 from mechjax.slt import closed_forms as cf
 from mechjax.slt import llc as llc_lib
-from mechjax.slt import sgld
-from mechjax.train import checkpoint as ckpt_lib
+from mechjax.slt import sgld as sgld_lib
+from mechjax.studies import frame
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
 
+NAME = "llc_dynamics"
 RUN = "dln"
-TEACHER_STREAM = 2**31 - 1  # seed_keys uses fold_in(PRNGKey(seed), i) for i < num_seeds, far below this.
-DATA_STREAM = 2**31 - 2
-LLC_STREAM = 2**31 - 3
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  widths: tuple[int, ...] = (5, 5, 5, 5)
-  singular_values: tuple[float, ...] = (3.0, 2.0, 1.0)
-  noise: float = 0.0
-  n: int = 10_000
-  init_scale: float = 0.01
-  batch_size: int = 64
-  learning_rate: float = 0.05
-  seed: int = 0
-  num_seeds: int = 2
-  steps: int = 4000
-  log_every: int = 50
-  checkpoint_every: int = 100
-  llc_chains: int = 4
-  llc_draws: int = 2000
-  llc_burnin: int = 200
-  llc_step_size: float = 1e-5
-  llc_batch_size: int = 256
-  localizations: tuple[float, ...] = (100.0, 1000.0)
-  nbeta: float | None = None  # None: n / ln n
+class Config(config.Settings):
+  run: config.RunSettings = config.group(config.RunSettings(steps=4000, num_seeds=2, log_every=50,
+                                                            checkpoint_every=100))
+  widths: tuple[int, ...] = config.setting(
+      (5, 5, 5, 5), "Layer widths H_0,...,H_L of the deep linear network (input first).",
+      check=lambda w: None if len(w) >= 3 and min(w) >= 1 else
+      "must be at least three positive integers (input, hidden..., output), e.g. 5,5,5,5")
+  singular_values: tuple[float, ...] = config.setting(
+      (3.0, 2.0, 1.0), "The teacher's singular values; their number is its rank.",
+      check=config.all_of(config.non_empty, config.each(config.positive)))
+  noise: float = config.setting(0.0, "Standard deviation of Gaussian label noise (0: the teacher is a true "
+                                "parameter).", check=config.non_negative)
+  n: int = config.setting(10_000, "Training samples; the LLC is estimated on the same set with nβ = n / ln n.",
+                          check=config.at_least(2))
+  init_scale: float = config.setting(0.01, "Standard deviation of the initial weights (small: modes are learned "
+                                     "in stages).", check=config.positive)
+  batch_size: int = config.setting(64, "Training minibatch size.", check=config.at_least(1))
+  learning_rate: float = config.setting(0.05, "SGD step size.", check=config.positive)
+  sgld: sgld_lib.SGLDSettings = config.group(
+      sgld_lib.SGLDSettings(step_size=1e-5, localization=100.0, batch_size=256, num_chains=4, num_draws=2000,
+                            num_burnin=200),
+      help="The LLC estimates (the localization is set per estimate from --localization).",
+      flags={"num_chains": "llc_chains", "num_draws": "llc_draws", "num_burnin": "llc_burnin",
+             "step_size": "llc_step_size", "batch_size": "llc_batch_size", "nbeta": "nbeta"})
+  localizations: tuple[float, ...] = config.setting(
+      (100.0, 1000.0), "Localization strengths γ; the LLC is estimated for each.", flag="localization",
+      check=config.all_of(config.non_empty, config.each(config.non_negative), config.distinct))
 
-  def __post_init__(self):
-    if len(self.widths) < 3:
-      raise ValueError(f"widths must list at least input, one hidden and output width; got {self.widths}")
-    if any(int(w) != w or w < 1 for w in self.widths):
-      raise ValueError(f"widths must be positive integers; got {self.widths}")
-    if not self.singular_values or len(self.singular_values) > min(self.widths):
-      raise ValueError(f"the teacher's rank len(singular_values)={len(self.singular_values)} must be between 1 and "
-                       f"the narrowest width {min(self.widths)}")
-    if any(not s > 0 for s in self.singular_values):
-      raise ValueError(f"singular_values must be > 0; got {self.singular_values}")
-    if self.llc_batch_size > self.n or self.batch_size > self.n:
-      raise ValueError(f"batch sizes ({self.batch_size}, {self.llc_batch_size}) must not exceed n={self.n}")
+  def validate(self):
+    if len(self.singular_values) > min(self.widths):
+      raise ConfigError(("singular_values", "widths"), "the teacher's rank (the number of singular_values) must not "
+                        f"exceed the narrowest of widths ({min(self.widths)})")
+    if max(self.batch_size, self.sgld.batch_size) > self.n:
+      raise ConfigError(("batch_size", "sgld.batch_size", "n"), "batch sizes must not exceed n")
 
   @property
   def rank(self) -> int:
@@ -92,12 +94,12 @@ class Config:
 
   @property
   def nbeta_value(self) -> float:
-    return sgld.default_nbeta(self.n) if self.nbeta is None else float(self.nbeta)
+    return sgld_lib.default_nbeta(self.n) if self.sgld.nbeta is None else float(self.sgld.nbeta)
 
 
 def teacher(cfg: Config) -> np.ndarray:
-  """``M = V diag(s) Uᵀ`` (``H_0 × H_L``) with random orthonormal ``V``, ``U`` fixed by ``cfg.seed``."""
-  kv, ku = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(cfg.seed), TEACHER_STREAM))
+  """``M = V diag(s) Uᵀ`` (``H_0 × H_L``) with random orthonormal ``V``, ``U`` from the stream ``"teacher"``."""
+  kv, ku = jax.random.split(rng.key(cfg.run.seed, "teacher"))
   r = cfg.rank
   v = np.linalg.qr(np.asarray(jax.random.normal(kv, (cfg.widths[0], r))))[0]
   u = np.linalg.qr(np.asarray(jax.random.normal(ku, (cfg.widths[-1], r))))[0]
@@ -107,7 +109,7 @@ def teacher(cfg: Config) -> np.ndarray:
 
 def make_data(cfg: Config) -> dict:
   """The fixed training set ``{"x": (n, H_0), "y": (n, H_L)}``; the LLC is estimated on the same set."""
-  kx, ke = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(cfg.seed), DATA_STREAM))
+  kx, ke = jax.random.split(rng.key(cfg.run.seed, "data"))
   x = jax.random.normal(kx, (cfg.n, cfg.widths[0]))
   y = x @ jnp.asarray(teacher(cfg)) + cfg.noise * jax.random.normal(ke, (cfg.n, cfg.widths[-1]))
   return {"x": x, "y": y}
@@ -157,56 +159,47 @@ def closed_form_llcs(cfg: Config) -> list[float]:
   return [float(cf.deep_linear_network(cfg.widths, r)[0]) for r in range(cfg.rank + 1)]
 
 
-def estimate_checkpoints(cfg: Config, workdir: str, data: dict, problem: loop.Problem, optimizer,
-                         progress: bool = True) -> list[dict]:
+def estimate_checkpoints(cfg: Config, ctx: frame.Context, data: dict, trained: loop.TrainResult) -> list[dict]:
   """The LLC at every saved checkpoint, for every seed and localization; appends to ``llc.jsonl``.
 
   Rows of checkpoints already in ``llc.jsonl`` are kept and not recomputed. Every estimate uses the same
   key (per seed), so neighbouring checkpoints share their random numbers and their difference is less noisy.
   """
-  path = os.path.join(workdir, "llc.jsonl")
+  path = ctx.path("llc.jsonl")
   rows = metrics_lib.read_jsonl(path)
-  expected = cfg.num_seeds * len(cfg.localizations)
+  expected = cfg.run.num_seeds * len(cfg.localizations)
   done = {s for s in {r["step"] for r in rows} if sum(r["step"] == s for r in rows) == expected}
   rows = [r for r in rows if r["step"] in done]  # a torn checkpoint (killed mid-way) is redone
   if metrics_lib.is_writer():
     with open(path, "w") as f:
       f.writelines(json.dumps(r) + "\n" for r in rows)
-  keys = loop.seed_keys(cfg.seed, cfg.num_seeds)
-  abstract = jax.eval_shape(jax.vmap(lambda k: loop.init_state(problem, optimizer, k)), keys)
-  nbeta = cfg.nbeta_value
-  with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", RUN), max_to_keep=None) as checkpointer:
-    steps = checkpointer.all_steps()
-    for i, step in enumerate(steps):
-      if step in done:
-        continue
-      t0 = time.perf_counter()
-      params_S = checkpointer.restore(abstract, step)["params"]
-      new = []
-      for seed in range(cfg.num_seeds):
-        params = jax.tree.map(lambda a: a[seed], params_S)
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(cfg.seed), LLC_STREAM), seed)
-        loss_at = float(half_mse(params, data))
-        modes = int(learned_modes(forward(params, jnp.eye(cfg.widths[0])), cfg.singular_values))
-        for gamma in cfg.localizations:
-          res = llc_lib.estimate_llc(half_mse, params, data, key=key, num_chains=cfg.llc_chains,
-                                     num_draws=cfg.llc_draws, num_burnin=cfg.llc_burnin,
-                                     step_size=cfg.llc_step_size, nbeta=nbeta, localization=float(gamma),
-                                     batch_size=cfg.llc_batch_size)
-          new.append({"step": int(step), "seed": seed, "localization": float(gamma), "llc_mean": res.llc_mean,
-                      "llc_std": res.llc_std, "llc_per_chain": res.llc_per_chain.tolist(), "loss": loss_at,
-                      "learned_modes": modes,
-                      "fraction_below_init_loss": res.diagnostics["fraction_below_init_loss"],
-                      "mala_acceptance": res.diagnostics["mala_acceptance"],
-                      "distance_mean": res.diagnostics["distance_mean"]})
-      if metrics_lib.is_writer():
-        with open(path, "a") as f:
-          f.writelines(json.dumps(r) + "\n" for r in new)
-      rows.extend(new)
-      if progress:
-        text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in new if r["seed"] == 0)
-        print(f"[llc] checkpoint {step} ({i + 1}/{len(steps)}), seed 0: {text}  "
-              f"({time.perf_counter() - t0:.1f} s)", flush=True)
+  params_by_step = trained.params_at()
+  steps = sorted(params_by_step)
+  for i, step in enumerate(steps):
+    if step in done:
+      continue
+    t0 = time.perf_counter()
+    new = []
+    for seed in range(cfg.run.num_seeds):
+      params = jax.tree.map(lambda a: a[seed], params_by_step[step])
+      key = rng.key(cfg.run.seed, "llc", seed)
+      loss_at = float(half_mse(params, data))
+      modes = int(learned_modes(forward(params, jnp.eye(cfg.widths[0])), cfg.singular_values))
+      for gamma in cfg.localizations:
+        res = llc_lib.estimate_llc(half_mse, params, data, key=key,
+                                   settings=dataclasses.replace(cfg.sgld, localization=float(gamma)))
+        new.append({"step": int(step), "seed": seed, "localization": float(gamma), "llc_mean": res.llc_mean,
+                    "llc_std": res.llc_std, "llc_per_chain": res.llc_per_chain.tolist(), "loss": loss_at,
+                    "learned_modes": modes,
+                    "fraction_below_init_loss": res.diagnostics["fraction_below_init_loss"],
+                    "mala_acceptance": res.diagnostics["mala_acceptance"],
+                    "distance_mean": res.diagnostics["distance_mean"]})
+    if metrics_lib.is_writer():
+      with open(path, "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in new)
+    rows.extend(new)
+    text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in new if r["seed"] == 0)
+    ctx.log(f"[llc] checkpoint {step} ({i + 1}/{len(steps)}), seed 0: {text}  ({time.perf_counter() - t0:.1f} s)")
   return sorted(rows, key=lambda r: (r["step"], r["seed"], r["localization"]))
 
 
@@ -261,7 +254,7 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   floor = -0.25 * lams[-1]
   styles = ["-", "--", ":", "-."]
   for j, gamma in enumerate(cfg.localizations):
-    for seed in range(cfg.num_seeds):
+    for seed in range(cfg.run.num_seeds):
       g = sorted((r for r in rows if r["localization"] == gamma and r["seed"] == seed), key=lambda r: r["step"])
       xs = np.array([r["step"] for r in g])
       mean, sd = np.array([r["llc_mean"] for r in g]), np.array([r["llc_std"] for r in g])
@@ -278,8 +271,8 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   ax_llc.set_ylim(floor * 1.15, lams[-1] * 1.3)
   ax_llc.set_xlabel("training step")
   ax_llc.set_ylabel("LLC estimate (bar: sd over chains)")
-  ax_llc.set_title(f"SGLD: {cfg.llc_chains} chains × {cfg.llc_draws} draws, nβ = {cfg.nbeta_value:.0f}, "
-                   f"ε = {cfg.llc_step_size:g}", fontsize=10)
+  ax_llc.set_title(f"SGLD: {cfg.sgld.num_chains} chains × {cfg.sgld.num_draws} draws, nβ = {cfg.nbeta_value:.0f}, "
+                   f"ε = {cfg.sgld.step_size:g}", fontsize=10)
   ax_llc.grid(alpha=0.3)
   ax_llc.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   fig.tight_layout()
@@ -288,36 +281,34 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   return path
 
 
-def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains (resuming), estimates the LLC at every checkpoint (resuming), writes summary.json and the figure."""
   data = make_data(cfg)
-  problem = make_problem(cfg, data)
-  optimizer = optax.sgd(cfg.learning_rate)
   t0 = time.perf_counter()
-  result = loop.train(problem, optimizer, keys=loop.seed_keys(cfg.seed, cfg.num_seeds), steps=cfg.steps,
-                      workdir=workdir, run=RUN, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
-                      progress=progress, keep_checkpoints=None,
+  result = loop.train(make_problem(cfg, data), optax.sgd(cfg.learning_rate),
+                      keys=loop.seed_keys(cfg.run.seed, cfg.run.num_seeds), steps=cfg.run.steps,
+                      workdir=ctx.workdir, run=RUN, log_every=cfg.run.log_every,
+                      checkpoint_every=cfg.run.checkpoint_every, progress=ctx.progress, keep_checkpoints=None,
                       summarize=lambda row: f"loss {np.mean(row['full_loss']):.4f} | learned modes "
                                             f"{np.asarray(row['learned_modes']).tolist()}")
   t_train = time.perf_counter() - t0
-  rows = estimate_checkpoints(cfg, workdir, data, problem, optimizer, progress=progress)
+  rows = estimate_checkpoints(cfg, ctx, data, result)
   t_llc = time.perf_counter() - t0 - t_train
   summary = summarize(cfg, result.history, rows)
   summary["seconds"] = {"train": t_train, "llc": t_llc}
-  if metrics_lib.is_writer():
-    figures = os.path.join(workdir, "figures")
-    os.makedirs(figures, exist_ok=True)
-    summary["figures"] = [os.path.basename(plot(cfg, result.history, rows, os.path.join(figures, "llc_dynamics.png")))]
-    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
-  return summary
+  return frame.Outputs(summary, figures=lambda folder: [plot(cfg, result.history, rows,
+                                                             os.path.join(folder, "llc_dynamics.png"))])
 
 
-def config_from_flags(values: dict) -> Config:
-  """A Config from the experiment's flag values (same names; lists become tuples of numbers)."""
-  convert = {"widths": lambda v: tuple(int(w) for w in v),
-             "singular_values": lambda v: tuple(float(s) for s in v),
-             "localizations": lambda v: tuple(float(g) for g in v),
-             "nbeta": lambda v: None if v in (None, 0, 0.0) else float(v)}
-  values = {**values, "localizations": values["localization"]}
-  fields = [f.name for f in dataclasses.fields(Config)]
-  return Config(**{name: convert.get(name, lambda v: v)(values[name]) for name in fields})
+def report(summary: dict) -> list[str]:
+  """The closed-form λ(r) and, per localization, the final LLC and the medians by learned modes."""
+  lams = summary["closed_form_llc_by_rank"]
+  lines = [f"  closed-form λ(r) for r = 0..{len(lams) - 1} learned modes: {', '.join(f'{x:g}' for x in lams)}"]
+  for gamma, g in summary["localizations"].items():
+    lines.append(
+        f"  γ = {gamma}: final LLC {g['final_llc_mean']:.2f} ± {g['final_llc_sd_over_seeds']:.2f} (sd over seeds) "
+        f"vs λ({len(lams) - 1}) = {lams[-1]:g} ({100 * g['final_relative_error']:+.1f}%); "
+        + "; ".join(f"r={r}: median {v['median_llc']:.2f}, {100 * v['negative_fraction']:.0f}% negative"
+                    for r, v in g["by_learned_modes"].items()))
+  return lines

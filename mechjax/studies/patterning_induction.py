@@ -46,73 +46,64 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from mechjax import config
 from mechjax import plotting
+from mechjax import rng
+from mechjax.config import ConfigError
 from mechjax.data import repeats
 from mechjax.models.transformer import Transformer, attention_patterns
-from mechjax.slt import sgld
+from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
+from mechjax.studies import frame
 from mechjax.train import loop
-from mechjax.train import metrics as metrics_lib
 
+NAME = "patterning_induction"
+CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
 CONDITIONS = ("unweighted", "promote", "suppress", "random")
-CONTROL_STREAM = 2**31 - 23
-DATA_STREAM = 2**31 - 21
-CHI_STREAM = 2**31 - 22
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  vocab: int = 64
-  length: int = 32
-  repeat_fraction: float = 0.5
-  d_model: int = 64
-  num_layers: int = 2
-  num_heads: int = 4
-  learning_rate: float = 1e-3
-  batch_size: int = 64
-  steps: int = 3000
-  num_seeds: int = 4
-  seed: int = 0
-  log_every: int = 50
-  checkpoint_every: int = 200
-  chi_step: int = 400
-  n: int = 4096
-  probe_sequences: int = 16
-  eval_sequences: int = 256
-  chains: int = 4
-  draws: int = 200
-  burnin: int = 50
-  sgld_step_size: float = 1e-4
-  localization: float = 100.0
-  sgld_batch_size: int = 64
-  eval_size: int = 64
-  strength: float = 0.5
-  top_components: int = 3
-  formation_fraction: float = 0.5
+class Config(config.Settings):
+  run: config.RunSettings = config.group(config.RunSettings(steps=3000, num_seeds=4, log_every=50,
+                                                            checkpoint_every=200))
+  vocab: int = config.setting(64, "Vocabulary size; tokens are uniform.", check=config.at_least(2))
+  length: int = config.setting(32, "Sequence length (even); repeated sequences copy the first half.",
+                               check=config.all_of(config.at_least(4), config.even))
+  repeat_fraction: float = config.setting(0.5, "Fraction of training sequences that repeat (both kinds are "
+                                          "probed).", check=config.within(0, 1))
+  d_model: int = config.setting(64, "Transformer width.", check=config.at_least(1))
+  num_layers: int = config.setting(2, "Attention-only layers.", check=config.at_least(1))
+  num_heads: int = config.setting(4, "Heads per layer; every head is a component of the susceptibility matrix.",
+                                  check=config.at_least(1))
+  learning_rate: float = config.setting(1e-3, "Adam step size.", check=config.positive)
+  batch_size: int = config.setting(64, "Training sequences per step (fresh every step).", check=config.at_least(1))
+  chi_step: int = config.setting(400, "Unweighted seed 0's checkpoint for the susceptibilities (a multiple of "
+                                 "--checkpoint_every).", check=config.at_least(1))
+  n: int = config.setting(4096, "Sequences in the fixed sample that defines the posterior; nβ = n / ln n.",
+                          check=config.at_least(2))
+  probe_sequences: int = config.setting(16, "Probe sequences (half repeated); every token is a probe column.",
+                                        check=config.all_of(config.at_least(2), config.even))
+  eval_sequences: int = config.setting(256, "Sequences of each kind for the repeat loss and prefix-matching score.",
+                                       check=config.at_least(1))
+  sgld: sgld_lib.SGLDSettings = sgld_lib.study_group(
+      "SGLD for the per-token susceptibilities (chains and heads vmapped).", num_draws=200, num_burnin=50)
+  eval_size: int = config.setting(64, "Sequences in the fixed subset that defines L(w) for the susceptibilities.",
+                                  check=config.at_least(1))
+  strength: float = config.setting(0.5, "Fraction of the largest non-negative step along the induction direction "
+                                   "(1 would zero a group's weight).", check=config.within(0, 1))
+  top_components: int = config.setting(3, "The induction direction is chosen among this many leading principal "
+                                       "directions.", check=config.at_least(1))
+  formation_fraction: float = config.setting(0.5, "A run's formation step is when its repeat loss first falls "
+                                             "below this fraction of ln(vocab).", check=config.within(0, 1))
 
-  def __post_init__(self):
-    if self.length < 4 or self.length % 2:
-      raise ValueError(f"length must be an even integer >= 4; got {self.length}")
-    if not 0 < self.chi_step <= self.steps or self.chi_step % self.checkpoint_every:
-      raise ValueError(f"chi_step={self.chi_step} must be a multiple of checkpoint_every={self.checkpoint_every} "
-                       f"and at most steps={self.steps}")
-    if not 0 < self.repeat_fraction < 1:
-      raise ValueError(f"repeat_fraction must be in (0, 1) (both kinds of sequence are probed); "
-                       f"got {self.repeat_fraction}")
-    if not 0 < self.strength < 1:
-      raise ValueError(f"strength must be in (0, 1) (1 would zero a group's weight); got {self.strength}")
-    if not 0 < self.formation_fraction < 1:
-      raise ValueError(f"formation_fraction must be in (0, 1); got {self.formation_fraction}")
-    if self.top_components < 1:
-      raise ValueError(f"top_components must be >= 1; got {self.top_components}")
-    if self.probe_sequences < 2 or self.probe_sequences % 2:
-      raise ValueError(f"probe_sequences must be even and >= 2 (half repeat); got {self.probe_sequences}")
-    if self.sgld_batch_size > self.n:
-      raise ValueError(f"sgld_batch_size={self.sgld_batch_size} must not exceed n={self.n}")
+  def validate(self):
+    self.run.check_checkpoint("chi_step", self.chi_step)
+    if self.sgld.batch_size > self.n:
+      raise ConfigError(("sgld.batch_size", "n"), f"sgld batch_size={self.sgld.batch_size} must not exceed n={self.n}")
 
   @property
   def nbeta(self) -> float:
-    return sgld.default_nbeta(self.n)
+    return sgld_lib.default_nbeta(self.n)
 
   @property
   def num_groups(self) -> int:
@@ -188,36 +179,34 @@ def make_problem(cfg: Config, model: Model, token_weights: np.ndarray, eval_data
 
 
 def eval_sets(cfg: Config) -> dict:
-  base = cfg.seed + 5_000_011
-  return {"repeat": repeats.fixed(base, cfg.eval_sequences, cfg.length, cfg.vocab, True),
-          "random": repeats.fixed(base + 1, cfg.eval_sequences, cfg.length, cfg.vocab, False)}
+  return {"repeat": repeats.fixed(rng.key(cfg.run.seed, "eval-repeated"), cfg.eval_sequences, cfg.length, cfg.vocab,
+                                  True),
+          "random": repeats.fixed(rng.key(cfg.run.seed, "eval-random"), cfg.eval_sequences, cfg.length, cfg.vocab,
+                                  False)}
 
 
-def _train(cfg, model, weights, run, workdir, progress, checkpoint_every):
+def _train(cfg, model, weights, run, ctx, checkpoint_every):
   problem = make_problem(cfg, model, weights, eval_sets(cfg))
   summarize = lambda row: (f"repeat loss {np.round(row['repeat_loss'], 2).tolist()} | prefix matching "
                            f"{np.round(row['prefix_matching'], 2).tolist()}")
-  return loop.train(problem, optax.adam(cfg.learning_rate), keys=loop.seed_keys(cfg.seed, cfg.num_seeds),
-                    steps=cfg.steps, workdir=workdir, run=run, log_every=cfg.log_every,
-                    checkpoint_every=checkpoint_every, progress=progress, summarize=summarize,
+  return loop.train(problem, optax.adam(cfg.learning_rate), keys=loop.seed_keys(cfg.run.seed, cfg.run.num_seeds),
+                    steps=cfg.run.steps, workdir=ctx.workdir, run=run, log_every=cfg.run.log_every,
+                    checkpoint_every=checkpoint_every, progress=ctx.progress, summarize=summarize,
                     keep_checkpoints=None if run == "unweighted" else 2)
 
 
 def susceptibilities(cfg: Config, model: Model, w_star) -> dict[str, np.ndarray]:
   """χ (heads × probe tokens), its standard error over chains, the probes' groups and the heads' LLCs."""
-  data = repeats.sample(jax.random.fold_in(jax.random.PRNGKey(cfg.seed), DATA_STREAM), cfg.n, cfg.length, cfg.vocab,
-                        cfg.repeat_fraction)
+  data = repeats.sample(rng.key(cfg.run.seed, "posterior-data"), cfg.n, cfg.length, cfg.vocab, cfg.repeat_fraction)
   half = cfg.probe_sequences // 2
   probes = jax.tree.map(lambda a, b: jnp.concatenate([a, b]),
-                        repeats.fixed(cfg.seed + 6_000_007, half, cfg.length, cfg.vocab, True),
-                        repeats.fixed(cfg.seed + 6_000_008, half, cfg.length, cfg.vocab, False))
+                        repeats.fixed(rng.key(cfg.run.seed, "probe-repeated"), half, cfg.length, cfg.vocab, True),
+                        repeats.fixed(rng.key(cfg.run.seed, "probe-random"), half, cfg.length, cfg.vocab, False))
   masks = head_masks(w_star, cfg.num_layers, cfg.num_heads)
   t0 = time.perf_counter()
   res = sus.estimate_susceptibilities(
-      model.per_token_loss, w_star, data, probes, key=jax.random.fold_in(jax.random.PRNGKey(cfg.seed), CHI_STREAM),
-      components=masks, num_chains=cfg.chains, num_draws=cfg.draws, num_burnin=cfg.burnin,
-      step_size=cfg.sgld_step_size, nbeta=cfg.nbeta, localization=cfg.localization, batch_size=cfg.sgld_batch_size,
-      eval_size=cfg.eval_size)
+      model.per_token_loss, w_star, data, probes, key=rng.key(cfg.run.seed, "susceptibility"), components=masks,
+      settings=cfg.sgld, eval_size=cfg.eval_size)
   return {"chi": res.chi[:, 0], "standard_error": res.standard_error[:, 0], "llc": res.llc,
           "groups": group_ids(cfg, np.asarray(probes["repeat"])).reshape(-1),
           "heads": np.array(res.components), "seconds": np.array(time.perf_counter() - t0)}
@@ -243,14 +232,13 @@ def induction_direction(cfg: Config, chi: np.ndarray, groups: np.ndarray) -> dic
 def reweightings(cfg: Config, direction: np.ndarray) -> dict[str, np.ndarray]:
   """Group distributions for promote and suppress, ``base ± s·direction`` with ``s`` = strength × the
   largest step that keeps both non-negative, and the control ``random``: a random centred direction (fixed
-  by ``seed``) rescaled to the same total variation, so that it moves as much weight as the others, only
+  by the stream ``"random-control"``) rescaled to the same total variation, so that it moves as much weight as the others, only
   not along χ."""
   base = base_distribution(cfg)
   limit = lambda d: np.min(base[d < 0] / -d[d < 0]) if np.any(d < 0) else np.inf
   s = cfg.strength * min(limit(direction), limit(-direction))
   step = s * direction
-  rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, CONTROL_STREAM]))
-  r = rng.normal(size=direction.shape)
+  r = rng.numpy(cfg.run.seed, "random-control").normal(size=direction.shape)
   r = r - r.mean()
   r = r * np.abs(step).sum() / np.abs(r).sum()
   if np.any(base + r < 0):  # keep it a distribution: shrink, and say so through the total variation
@@ -271,34 +259,31 @@ def formation_step(steps: np.ndarray, loss: np.ndarray, threshold: float) -> flo
   return float(s0 + (s1 - s0) * (l0 - threshold) / (l0 - l1))
 
 
-def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """Trains unweighted, estimates χ at ``chi_step`` (cached in ``susceptibility.npz``), re-weights along the
+  induction direction and at random, retrains, and compares formation steps seed by seed."""
   t_start = time.perf_counter()
   model = Model(cfg)
-  histories = {"unweighted": _train(cfg, model, np.ones((2, cfg.length - 1)), "unweighted", workdir, progress,
-                                    cfg.checkpoint_every).history}
-  path = os.path.join(workdir, "susceptibility.npz")
-  if os.path.exists(path):
-    chi_data = dict(np.load(path))
-  else:
-    problem = make_problem(cfg, model, np.ones((2, cfg.length - 1)), eval_sets(cfg))
-    saved = loop.checkpoint_params(problem, optax.adam(cfg.learning_rate), keys=loop.seed_keys(cfg.seed, cfg.num_seeds),
-                                   workdir=workdir, run="unweighted", steps=[cfg.chi_step])
-    w_star = jax.tree.map(lambda a: a[0], saved[cfg.chi_step])
-    chi_data = susceptibilities(cfg, model, w_star)
-    if metrics_lib.is_writer():
-      np.savez(path, **chi_data)
+  unweighted = _train(cfg, model, np.ones((2, cfg.length - 1)), "unweighted", ctx, cfg.run.checkpoint_every)
+  histories = {"unweighted": unweighted.history}
+
+  def susceptibility_stage():
+    w_star = jax.tree.map(lambda a: a[0], unweighted.params_at([cfg.chi_step])[cfg.chi_step])
+    return susceptibilities(cfg, model, w_star)
+
+  chi_data = ctx.stage("susceptibility", susceptibility_stage, fmt="npz")
   direction = induction_direction(cfg, chi_data["chi"], chi_data["groups"])
   dists = reweightings(cfg, direction["direction"])
   base = base_distribution(cfg)
   for c in CONDITIONS[1:]:
-    histories[c] = _train(cfg, model, (dists[c] / base).reshape(2, cfg.length - 1), c, workdir, progress,
-                          cfg.steps).history
+    histories[c] = _train(cfg, model, (dists[c] / base).reshape(2, cfg.length - 1), c, ctx, cfg.run.steps).history
   threshold = cfg.formation_fraction * float(np.log(cfg.vocab))
   formation = {}
   for c in CONDITIONS:
     steps = np.array([h["step"] for h in histories[c]], float)
     loss = np.array([h["repeat_loss"] for h in histories[c]], float)
-    formation[c] = [formation_step(steps, loss[:, s], threshold) for s in range(cfg.num_seeds)]
+    formation[c] = [formation_step(steps, loss[:, s], threshold) for s in range(cfg.run.num_seeds)]
   shifts = {}
   for c in CONDITIONS[1:]:
     pairs = [(a, b) for a, b in zip(formation[c], formation["unweighted"]) if a is not None and b is not None]
@@ -324,16 +309,27 @@ def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
                 for c in CONDITIONS},
       "seconds": time.perf_counter() - t_start,
   }
-  if metrics_lib.is_writer():
-    figures = os.path.join(workdir, "figures")
-    os.makedirs(figures, exist_ok=True)
-    chi_png = plot_susceptibility(cfg, chi_data, direction, dists,
-                                  os.path.join(figures, "induction_susceptibility.png"))
-    formation_png = plot_formation(cfg, histories, threshold, formation,
-                                   os.path.join(figures, "induction_formation.png"))
-    summary["figures"] = [os.path.basename(chi_png), os.path.basename(formation_png)]
-    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
-  return summary
+  return frame.Outputs(summary, figures=lambda folder: [
+      plot_susceptibility(cfg, chi_data, direction, dists, os.path.join(folder, "induction_susceptibility.png")),
+      plot_formation(cfg, histories, threshold, formation, os.path.join(folder, "induction_formation.png"))])
+
+
+def report(summary: dict) -> list[str]:
+  """The induction direction and each condition's formation steps and shift against the unweighted run."""
+  s = summary
+  k = s["induction_component"]
+  lines = [f"  induction direction: PC{k + 1} ({100 * s['explained_variance'][k]:.0f}% of variance), correlation "
+           f"{s['component_correlations'][k]:+.2f} with the induction positions; weight on them "
+           + ", ".join(f"{c} {w:.3f}" for c, w in s["induction_weight"].items())]
+  for c, f in s["formation_step"].items():
+    line = f"  {c}: formation steps {[None if x is None else round(x) for x in f]}"
+    d = s["formation_shift_vs_unweighted"].get(c)
+    if d is not None and d["mean"] is not None:
+      sd = "" if d["sd"] is None else f" ± {d['sd']:.0f} (sd over seeds)"
+      line += (f"; shift vs unweighted {d['mean']:+.0f}{sd}, earlier in {d['earlier_in']}/{d['seeds_compared']}, "
+               f"later in {d['later_in']}/{d['seeds_compared']}")
+    lines.append(line)
+  return lines
 
 
 def plot_susceptibility(cfg: Config, chi_data: dict, direction: dict, dists: dict, path: str) -> str:
@@ -393,13 +389,8 @@ def plot_formation(cfg: Config, histories: dict, threshold: float, formation: di
     ax.set_xlabel("training step")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-  axes[0].set_title(f"{cfg.num_seeds} seeds per condition (thin: each seed; dotted: formation steps)", fontsize=10)
+  axes[0].set_title(f"{cfg.run.num_seeds} seeds per condition (thin: each seed; dotted: formation steps)", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return path
-
-
-def config_from_flags(values: dict) -> Config:
-  fields = [f.name for f in dataclasses.fields(Config)]
-  return Config(**{name: values[name] for name in fields})

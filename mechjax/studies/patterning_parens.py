@@ -39,7 +39,6 @@ responses and weights; reused on resume), ``summary.json`` and ``figures/pattern
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 
@@ -49,86 +48,87 @@ import numpy as np
 import optax
 import scipy.stats
 
+from mechjax import config
 from mechjax import plotting
+from mechjax import rng
+from mechjax.config import ConfigError
 from mechjax.data import parens
 from mechjax.models.transformer import Transformer
 from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
-from mechjax.slt import sgld
+from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
+from mechjax.studies import frame
 from mechjax.train import loop
-from mechjax.train import metrics as metrics_lib
 
+NAME = "patterning_parens"
+CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
 CONDITIONS = ("unweighted", "toward_counts", "toward_prefix")
 TARGETS = ("gap", "reference")
-CHI_STREAM = 2**31 - 11
-LLC_STREAM = 2**31 - 12
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  length: int = 20
-  n: int = 4000
-  balanced_fraction: float = 0.5
-  num_probes: int = 512
-  num_test: int = 1000
-  disagreement: int = 1000
-  d_model: int = 32
-  num_layers: int = 2
-  num_heads: int = 2
-  d_mlp: int = 64
-  learning_rate: float = 1e-3
-  batch_size: int = 64
-  steps: int = 1000
-  num_seeds: int = 8
-  seed: int = 0
-  log_every: int = 50
-  checkpoint_every: int = 250
-  chi_step: int = 250
-  per_group: int = 64
-  chains: int = 4
-  draws: int = 500
-  burnin: int = 100
-  sgld_step_size: float = 1e-4
-  localization: float = 100.0
-  sgld_batch_size: int = 64
-  eval_size: int = 512
-  llc_draws: int = 1000
-  ridge: float = 0.0
-  target: str = "gap"
-  perfect_accuracy: float = 0.99
+class Config(config.Settings):
+  run: config.RunSettings = config.group(config.RunSettings(steps=1000, num_seeds=8, log_every=50,
+                                                            checkpoint_every=250))
+  length: int = config.setting(20, "String length (even).",
+                               check=config.all_of(config.at_least(6), config.even))
+  n: int = config.setting(4000, "Training strings; nβ = n / ln n for the susceptibilities and LLCs.",
+                          check=config.at_least(2))
+  balanced_fraction: float = config.setting(0.5, "Fraction of balanced training strings.", check=config.within(0, 1))
+  num_probes: int = config.setting(512, "Probe strings (equal counts, a negative prefix, starting ( and ending )).",
+                                   check=config.at_least(1))
+  num_test: int = config.setting(1000, "Held-out in-distribution strings (the 'perfect' check and φ_test).",
+                                 check=config.at_least(1))
+  disagreement: int = config.setting(1000, "Equal-count strings with a negative prefix added to force each "
+                                     "reference solution.", check=config.at_least(1))
+  d_model: int = config.setting(32, "Transformer width.", check=config.at_least(1))
+  num_layers: int = config.setting(2, "Transformer layers.", check=config.at_least(1))
+  num_heads: int = config.setting(2, "Attention heads per layer.", check=config.at_least(1))
+  d_mlp: int = config.setting(64, "MLP width.", check=config.at_least(1))
+  learning_rate: float = config.setting(1e-3, "Adam step size.", check=config.positive)
+  batch_size: int = config.setting(64, "Training minibatch size.", check=config.at_least(1))
+  chi_step: int = config.setting(250, "Checkpoint of the unweighted seed 0 at which susceptibilities are estimated "
+                                 "(a multiple of --checkpoint_every, at most --steps).", check=config.at_least(1))
+  per_group: int = config.setting(64, "Training probes per group of strings for the susceptibilities.",
+                                  check=config.at_least(1))
+  sgld: sgld_lib.SGLDSettings = sgld_lib.study_group(
+      "SGLD for the susceptibilities (and, with --llc_draws draws, the reference solutions' LLCs).", num_draws=500,
+      num_burnin=100)
+  eval_size: int = config.setting(512, "Training samples in the fixed subset that defines L(w) for the "
+                                  "susceptibilities.", check=config.at_least(1))
+  llc_draws: int = config.setting(1000, "SGLD draws per chain for the reference solutions' LLCs.",
+                                  check=config.at_least(1))
+  ridge: float = config.setting(0.0, "Ridge ρ of the patterning inverse.", check=config.non_negative)
+  target: str = config.setting("gap", "Size of the φ_counts target: 'gap' moves it by the distance between the "
+                               "reference solutions (same size both ways); 'reference' moves the posterior mean onto "
+                               "each reference.", choices=TARGETS)
+  perfect_accuracy: float = config.setting(0.99, "Held-out accuracy at which a seed counts as perfect in "
+                                           "distribution.", check=config.within(0.5, 1.0, high_open=False))
 
-  def __post_init__(self):
-    if self.length < 6 or self.length % 2:
-      raise ValueError(f"length must be an even integer >= 6 (probes need room for a negative prefix); "
-                       f"got {self.length}")
-    if not 0 < self.chi_step <= self.steps:
-      raise ValueError(f"chi_step must be in [1, steps={self.steps}]; got {self.chi_step}")
-    if self.chi_step % self.checkpoint_every:
-      raise ValueError(f"chi_step={self.chi_step} must be a multiple of checkpoint_every={self.checkpoint_every} "
-                       "(it is a checkpoint of the unweighted run)")
-    if max(self.batch_size, self.sgld_batch_size) > self.n:
-      raise ValueError(f"batch sizes ({self.batch_size}, {self.sgld_batch_size}) must not exceed n={self.n}")
-    if self.target not in TARGETS:
-      raise ValueError(f"target must be one of {TARGETS}; got {self.target!r}")
-    if not 0.5 < self.perfect_accuracy <= 1:
-      raise ValueError(f"perfect_accuracy must be in (0.5, 1]; got {self.perfect_accuracy}")
+  def validate(self):
+    self.run.check_checkpoint("chi_step", self.chi_step)
+    if max(self.batch_size, self.sgld.batch_size) > self.n:
+      raise ConfigError(("batch_size", "sgld.batch_size", "n"),
+                        f"batch sizes ({self.batch_size}, {self.sgld.batch_size}) must not exceed n={self.n}")
 
   @property
   def nbeta(self) -> float:
-    return sgld.default_nbeta(self.n)
+    return sgld_lib.default_nbeta(self.n)
 
 
 def make_data(cfg: Config) -> dict[str, dict[str, np.ndarray]]:
-  """Training set, held-out test set (same distribution), probes and the disagreement pool; all from ``seed``."""
-  train = parens.make_dataset(cfg.seed, cfg.n, cfg.length, cfg.balanced_fraction)
-  test = parens.make_dataset(cfg.seed + 1_000_003, cfg.num_test, cfg.length, cfg.balanced_fraction)
-  rng = np.random.default_rng(cfg.seed + 2_000_003)
-  pool = parens.sample_probes(rng, 16 * cfg.num_probes, cfg.length)
+  """Training set, held-out test set (same distribution), probes and the disagreement pool; each from its own
+  stream of ``--seed``."""
+  seed = cfg.run.seed
+  train = parens.make_dataset(rng.numpy(seed, "train-strings"), cfg.n, cfg.length, cfg.balanced_fraction)
+  test = parens.make_dataset(rng.numpy(seed, "test-strings"), cfg.num_test, cfg.length, cfg.balanced_fraction)
+  probe_rng = rng.numpy(seed, "probe-strings")
+  pool = parens.sample_probes(probe_rng, 16 * cfg.num_probes, cfg.length)
   inner = pool[(pool[:, 0] == parens.OPEN) & (pool[:, -1] == parens.CLOSE)]
   if len(inner) < cfg.num_probes:
     raise ValueError(f"only {len(inner)} probes start with ( and end with ); lower num_probes or raise length")
-  disagree = parens.sample_probes(rng, cfg.disagreement, cfg.length)
+  disagree = parens.sample_probes(probe_rng, cfg.disagreement, cfg.length)
   return {"train": train, "test": test, "probes": {"tokens": inner[: cfg.num_probes]},
           "disagreement": {"tokens": disagree}}
 
@@ -169,6 +169,11 @@ class Model:
   def accuracy(self, params, batch):
     return jnp.mean(jnp.argmax(self.logits(params, batch["tokens"]), -1) == batch["label"])
 
+  def probe_observables(self, params, od):
+    """``(φ_counts, φ_test)``: the probe loss under counts labels and the held-out loss."""
+    phi_counts = jnp.mean(self.per_sample_loss(params, {"tokens": od["probes"], "label": od["counts_labels"]}))
+    return jnp.stack([phi_counts, jnp.mean(self.per_sample_loss(params, od["test"]))])
+
 
 def _jnp(tree):
   return jax.tree.map(jnp.asarray, tree)
@@ -184,18 +189,19 @@ def make_evaluate(model: Model, data: dict):
   return evaluate
 
 
-def _train(cfg, model, data, weights, run, workdir, *, num_seeds, steps, checkpoint_every, progress):
+def _train(cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every):
   evaluate = make_evaluate(model, data)
   problem = patterning.weighted_problem(model.init, model.per_sample_loss, _jnp(data["train_like"]), weights,
                                         cfg.batch_size, evaluate)
   summarize = lambda row: (f"counts rate {np.round(row['counts_rate'], 2).tolist()} | test acc "
                            f"{np.round(np.min(row['test_accuracy']), 3)} (worst seed)")
-  return loop.train(problem, optax.adam(cfg.learning_rate), keys=loop.seed_keys(cfg.seed, num_seeds), steps=steps,
-                    workdir=workdir, run=run, log_every=cfg.log_every, checkpoint_every=checkpoint_every,
-                    progress=progress, summarize=summarize, keep_checkpoints=None)
+  return loop.train(problem, optax.adam(cfg.learning_rate), keys=loop.seed_keys(cfg.run.seed, num_seeds),
+                    steps=cfg.run.steps, workdir=ctx.workdir, run=run, log_every=cfg.run.log_every,
+                    checkpoint_every=checkpoint_every, progress=ctx.progress, summarize=summarize,
+                    keep_checkpoints=None)
 
 
-def reference_solutions(cfg: Config, model: Model, data: dict, workdir: str, progress: bool) -> dict:
+def reference_solutions(cfg: Config, model: Model, data: dict, ctx: frame.Context) -> dict:
   """Trains one model per algorithm on training + disagreement strings labelled by it, and estimates each
   one's LLC on the training set alone (where both are perfect)."""
   out = {}
@@ -205,14 +211,11 @@ def reference_solutions(cfg: Config, model: Model, data: dict, workdir: str, pro
     forced = {"tokens": np.concatenate([data["train"]["tokens"], extra]),
               "label": np.concatenate([data["train"]["label"], parens.label(extra, algorithm)])}
     result = _train(cfg, model, {**data, "train_like": forced}, np.ones(len(forced["label"])),
-                    f"reference_{algorithm}", workdir, num_seeds=1, steps=cfg.steps, checkpoint_every=cfg.steps,
-                    progress=progress)
+                    f"reference_{algorithm}", ctx, num_seeds=1, checkpoint_every=cfg.run.steps)
     params = jax.tree.map(lambda a: a[0], result.state["params"])
-    key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), LLC_STREAM)
-    loss = lambda w, b: jnp.mean(model.per_sample_loss(w, b))
-    est = llc_lib.estimate_llc(loss, params, train_j, key=key, num_chains=cfg.chains, num_draws=cfg.llc_draws,
-                               num_burnin=cfg.burnin, step_size=cfg.sgld_step_size, nbeta=cfg.nbeta,
-                               localization=cfg.localization, batch_size=cfg.sgld_batch_size)
+    est = llc_lib.estimate_llc(sgld_lib.MeanLoss(model.per_sample_loss), params, train_j,
+                               key=rng.key(cfg.run.seed, "reference-llc"),
+                               settings=dataclasses.replace(cfg.sgld, num_draws=cfg.llc_draws))
     probes = jnp.asarray(data["probes"]["tokens"])
     out[algorithm] = {
         "params": params, "llc_mean": est.llc_mean, "llc_sd_over_chains": float(np.std(est.llc_per_chain)),
@@ -229,24 +232,17 @@ def compute_patterning(cfg: Config, model: Model, data: dict, w_star, references
   simplex re-weighting toward each reference solution."""
   ids, names = groups(data["train"]["tokens"])
   num_groups = len(names)
-  rng = np.random.default_rng(cfg.seed + 3_000_017)
-  chosen = np.concatenate([rng.permutation(np.nonzero(ids == g)[0])[: cfg.per_group] for g in range(num_groups)])
+  choice = rng.numpy(cfg.run.seed, "probe-choice")
+  chosen = np.concatenate([choice.permutation(np.nonzero(ids == g)[0])[: cfg.per_group] for g in range(num_groups)])
   probe_data = _jnp({k: v[chosen] for k, v in data["train"].items()})
   probes = jnp.asarray(data["probes"]["tokens"])
   test = _jnp(data["test"])
   counts_labels = jnp.ones(len(probes), jnp.int32)
 
-  def observable(w, od):
-    phi_counts = jnp.mean(model.per_sample_loss(w, {"tokens": od["probes"], "label": od["counts_labels"]}))
-    phi_test = jnp.mean(model.per_sample_loss(w, od["test"]))
-    return jnp.stack([phi_counts, phi_test])
-
   t0 = time.perf_counter()
   res = sus.estimate_susceptibilities(
-      model.per_sample_loss, w_star, _jnp(data["train"]), probe_data, key=jax.random.fold_in(
-          jax.random.PRNGKey(cfg.seed), CHI_STREAM), num_chains=cfg.chains, num_draws=cfg.draws,
-      num_burnin=cfg.burnin, step_size=cfg.sgld_step_size, nbeta=cfg.nbeta, localization=cfg.localization,
-      batch_size=cfg.sgld_batch_size, eval_size=cfg.eval_size, observable=observable,
+      model.per_sample_loss, w_star, _jnp(data["train"]), probe_data, key=rng.key(cfg.run.seed, "susceptibility"),
+      settings=cfg.sgld, eval_size=cfg.eval_size, observable=model.probe_observables,
       observable_data={"probes": probes, "counts_labels": counts_labels, "test": test})
   seconds = time.perf_counter() - t0
   response = res.response[0, 1:]  # (2 observables, probes): φ_counts, φ_test
@@ -284,35 +280,29 @@ def _seed_outcomes(cfg: Config, row: dict) -> dict:
           "counts_rate_mean": float(rate.mean()), "counts_rate_sd": float(rate.std(ddof=1)) if rate.size > 1 else 0.0}
 
 
-def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
-  """Runs every stage (each resumes from what ``workdir`` holds) and writes summary.json and the figure."""
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the figure."""
   t_start = time.perf_counter()
   model = Model(cfg)
   data = make_data(cfg)
-  refs = reference_solutions(cfg, model, data, workdir, progress)
+  refs = reference_solutions(cfg, model, data, ctx)
   t_refs = time.perf_counter() - t_start
-  ones = np.ones(cfg.n)
-  histories = {"unweighted": _train(cfg, model, {**data, "train_like": data["train"]}, ones, "unweighted", workdir,
-                                    num_seeds=cfg.num_seeds, steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
-                                    progress=progress).history}
-  path = os.path.join(workdir, "patterning.json")
-  if os.path.exists(path):
-    with open(path) as f:
-      pat = json.load(f)
-  else:
-    problem = patterning.weighted_problem(model.init, model.per_sample_loss, _jnp(data["train"]), ones, cfg.batch_size)
-    saved = loop.checkpoint_params(problem, optax.adam(cfg.learning_rate), keys=loop.seed_keys(cfg.seed, cfg.num_seeds),
-                                   workdir=workdir, run="unweighted", steps=[cfg.chi_step])
-    w_star = jax.tree.map(lambda a: a[0], saved[cfg.chi_step])
-    pat = compute_patterning(cfg, model, data, w_star, refs)
-    if metrics_lib.is_writer():
-      metrics_lib.write_json(path, pat)
+  unweighted = _train(cfg, model, {**data, "train_like": data["train"]}, np.ones(cfg.n), "unweighted", ctx,
+                      num_seeds=cfg.run.num_seeds, checkpoint_every=cfg.run.checkpoint_every)
+  histories = {"unweighted": unweighted.history}
+
+  def patterning_stage():
+    w_star = jax.tree.map(lambda a: a[0], unweighted.params_at([cfg.chi_step])[cfg.chi_step])
+    return compute_patterning(cfg, model, data, w_star, refs)
+
+  pat = ctx.stage("patterning", patterning_stage)
   ids, _ = groups(data["train"]["tokens"])
   for algorithm in parens.ALGORITHMS:
     weights = patterning.sample_weights(pat["targets"][algorithm]["group_distribution"], ids)
     histories[f"toward_{algorithm}"] = _train(cfg, model, {**data, "train_like": data["train"]}, weights,
-                                              f"toward_{algorithm}", workdir, num_seeds=cfg.num_seeds,
-                                              steps=cfg.steps, checkpoint_every=cfg.steps, progress=progress).history
+                                              f"toward_{algorithm}", ctx, num_seeds=cfg.run.num_seeds,
+                                              checkpoint_every=cfg.run.steps).history
   outcomes = {c: _seed_outcomes(cfg, histories[c][-1]) for c in CONDITIONS}
   summary = {
       "nbeta": cfg.nbeta, "chi_step": cfg.chi_step,
@@ -324,13 +314,24 @@ def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
                                    for c in CONDITIONS[1:]},
       "seconds": {"references": t_refs, "total": time.perf_counter() - t_start},
   }
-  if metrics_lib.is_writer():
-    figures = os.path.join(workdir, "figures")
-    os.makedirs(figures, exist_ok=True)
-    summary["figures"] = [os.path.basename(plot(cfg, pat, histories, refs, os.path.join(figures,
-                                                                                         "patterning_parens.png")))]
-    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
-  return summary
+  return frame.Outputs(summary, figures=lambda folder: [
+      plot(cfg, pat, histories, refs, os.path.join(folder, "patterning_parens.png"))])
+
+
+def report(summary: dict) -> list[str]:
+  """Each reference solution's LLC, and which algorithm every condition's seeds learned."""
+  lines = []
+  for a, r in summary["reference_solutions"].items():
+    lines.append(f"  reference {a}: LLC {r['llc_mean']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains), train "
+                 f"accuracy {r['train_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}")
+  for c, o in summary["conditions"].items():
+    targets = summary["patterning"]["targets"]
+    tv = "" if c == "unweighted" else f" (TV {targets[c.split('_', 1)[1]]['total_variation']:.3f})"
+    p = summary["wilcoxon_p_vs_unweighted"].get(c)
+    lines.append(f"  {c}{tv}: selected {o['selected']}; counts rate {o['counts_rate_mean']:.3f} ± "
+                 f"{o['counts_rate_sd']:.3f} (sd over seeds)" + ("" if p is None else f", Wilcoxon p = {p:.3g} vs "
+                                                                 "unweighted"))
+  return lines
 
 
 def _wilcoxon(a, b) -> float | None:
@@ -382,15 +383,10 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   ax.set_xlabel("training step")
   ax.set_ylabel("counts rate on probes")
   ax.set_ylim(-0.03, 1.03)
-  ax.set_title(f"{cfg.num_seeds} seeds per condition (thin: each seed)", fontsize=10)
+  ax.set_title(f"{cfg.run.num_seeds} seeds per condition (thin: each seed)", fontsize=10)
   ax.legend(fontsize=7)
   ax.grid(alpha=0.3)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return path
-
-
-def config_from_flags(values: dict) -> Config:
-  fields = [f.name for f in dataclasses.fields(Config)]
-  return Config(**{name: values[name] for name in fields})

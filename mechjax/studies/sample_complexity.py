@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mechjax import rng
 from mechjax.data import fourier
 from mechjax.train import loop
 
@@ -69,7 +70,7 @@ def _make_step(setup: RecoverySetup, u: jax.Array):
 
   def loss(w, x_BxS):
     sigma = jnp.linalg.norm(fourier.colour(w, amplitudes))  # σ_w² = wᵀ C w = ‖C^{1/2} w‖²
-    z = jnp.sum(x_BxS * w, axis=tuple(range(1, ndim + 1))) / sigma
+    z = jnp.sum(x_BxS * w[None], axis=tuple(range(1, ndim + 1))) / sigma
     return jnp.mean(he4(z))
 
   def step(state, key):
@@ -92,11 +93,11 @@ def samples_to_weak_recovery(setup: RecoverySetup, *, num_seeds: int, max_sample
   """Runs ``num_seeds`` vmapped neurons until a ``quantile`` of them reach ``|m| ≥ threshold`` (or ``max_samples``).
 
   Returns a dict with ``samples`` (per seed; ``inf`` where not reached within ``max_samples``, ``0`` for a
-  seed whose initial overlap is already above the threshold), ``median`` and the initial overlaps ``m0``. All seeds share one spike (drawn from ``seed``), with independent
-  initial weights and data.
+  seed whose initial overlap is already above the threshold), ``median`` and the initial overlaps ``m0``. All
+  seeds share one spike (the stream ``"spike"`` of ``seed``), with independent initial weights and data.
   """
   shape = fourier.check_shape(setup.shape)
-  u = fourier.make_spike(jax.random.PRNGKey(10_000 + seed), shape, setup.alpha, setup.spike)
+  u = fourier.make_spike(rng.key(seed, "spike"), shape, setup.alpha, setup.spike)
   step, overlap = _make_step(setup, u)
 
   def init(key):

@@ -35,11 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from mechjax import config
 from mechjax import plotting
+from mechjax import rng
 from mechjax.models import bilinear as bl
 from mechjax.similarity import tensor as ts
+from mechjax.studies import frame
 from mechjax.train import loop
-from mechjax.train import metrics as metrics_lib
 
 RUNS = ("clean", "poisoned", "continued")
 MEASURES = ("tensor", "tensor_target_slice", "weight_cosine", "logit_cosine_clean", "logit_cosine_triggered", "cka")
@@ -49,21 +51,27 @@ LABELS = {"tensor": "tensor similarity (full)", "tensor_target_slice": "tensor s
 ONSET_ASR = 0.5
 
 
+NAME = "tensor_similarity_backdoor"
+
+
 @dataclasses.dataclass(frozen=True)
-class Config:
-  hidden: int = 64
-  learning_rate: float = 1e-3
-  batch_size: int = 128
-  steps: int = 3000
-  poison_steps: int = 600
-  poison_fraction: float = 0.1
-  target_class: int = 0
-  trigger_size: int = 2
-  checkpoint_every: int = 500
-  poison_checkpoint_every: int = 20
-  seed: int = 0
-  num_seeds: int = 4
-  log_every: int = 100
+class Config(config.Settings):
+  run: config.RunSettings = config.group(config.RunSettings(steps=3000, num_seeds=4, log_every=100,
+                                                            checkpoint_every=500))
+  hidden: int = config.setting(64, "Width of the bilinear layer.", check=config.at_least(1))
+  learning_rate: float = config.setting(1e-3, "Adam step size (clean training and both fine-tunes).",
+                                        check=config.positive)
+  batch_size: int = config.setting(128, "Images per step.", check=config.at_least(1))
+  poison_steps: int = config.setting(600, "Fine-tuning steps (poisoned, and the unpoisoned control).",
+                                     check=config.at_least(1))
+  poison_fraction: float = config.setting(0.1, "Probability that an image of a fine-tuning batch is triggered and "
+                                          "relabelled.", check=config.within(0, 1, high_open=False))
+  target_class: int = config.setting(0, "The class the trigger maps to (0-9).",
+                                     check=lambda v: None if 0 <= v <= 9 else "must be a digit class, 0-9")
+  trigger_size: int = config.setting(2, "Side of the square trigger patch in the bottom-right corner (1-8 pixels).",
+                                     check=lambda v: None if 1 <= v <= 8 else "must be 1-8 pixels")
+  poison_checkpoint_every: int = config.setting(20, "Checkpoint (and log) interval of the fine-tunes.",
+                                                check=config.at_least(1))
 
 
 @functools.lru_cache(maxsize=1)
@@ -78,7 +86,8 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
 
 
 def split(cfg: Config, n: int) -> tuple[np.ndarray, np.ndarray]:
-  perm = np.random.default_rng(cfg.seed).permutation(n)
+  """A fixed 70/30 split of the ``n`` digits, drawn from ``--seed``."""
+  perm = np.random.default_rng(cfg.run.seed).permutation(n)
   cut = int(round(0.7 * n))
   return np.sort(perm[:cut]), np.sort(perm[cut:])
 
@@ -155,32 +164,32 @@ def compare(cfg: Config, reference: dict, params_list: list[dict]) -> dict[str, 
   return {m: np.array(v) for m, v in out.items()}
 
 
-def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains the three runs (resuming interrupted ones), compares every fine-tuning checkpoint with the last
   clean one, and writes ``summary.json``, ``similarity.json`` and figures."""
-  keys = loop.seed_keys(cfg.seed, cfg.num_seeds)
+  keys = loop.seed_keys(cfg.run.seed, cfg.run.num_seeds)
   optimizer = optax.adam(cfg.learning_rate)
   summarize = lambda r: (f"loss {np.mean(r['train_loss']):.3f} | test acc {np.mean(r['test_acc']):.3f} | "
                          f"attack success {np.mean(r['attack_success']):.3f}")
-  clean = loop.train(make_problem(cfg, 0.0), optimizer, keys=keys, steps=cfg.steps, workdir=workdir, run="clean",
-                     log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every, progress=progress,
-                     summarize=summarize, keep_checkpoints=None)
+  clean = loop.train(make_problem(cfg, 0.0), optimizer, keys=keys, steps=cfg.run.steps, workdir=ctx.workdir,
+                     run="clean", log_every=cfg.run.log_every, checkpoint_every=cfg.run.checkpoint_every,
+                     progress=ctx.progress, summarize=summarize, keep_checkpoints=None)
   start = clean.state["params"]
-  tune_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)  # fresh batches for the fine-tunes
+  tune_keys = jax.vmap(lambda k: rng.fold(k, "fine-tune"))(keys)  # fresh batches for the fine-tunes
   histories, params = {"clean": clean.history}, {}
   for name, fraction in (("poisoned", cfg.poison_fraction), ("continued", 0.0)):
-    problem = make_problem(cfg, fraction)
-    r = loop.train(problem, optimizer, keys=tune_keys, steps=cfg.poison_steps, workdir=workdir, run=name,
-                   log_every=cfg.poison_checkpoint_every, checkpoint_every=cfg.poison_checkpoint_every,
-                   progress=progress, summarize=summarize, keep_checkpoints=None, initial_params=start)
+    r = loop.train(make_problem(cfg, fraction), optimizer, keys=tune_keys, steps=cfg.poison_steps,
+                   workdir=ctx.workdir, run=name, log_every=cfg.poison_checkpoint_every,
+                   checkpoint_every=cfg.poison_checkpoint_every, progress=ctx.progress, summarize=summarize,
+                   keep_checkpoints=None, initial_params=start)
     histories[name] = r.history
-    params[name] = loop.checkpoint_params(problem, optimizer, keys=tune_keys, workdir=workdir, run=name)
+    params[name] = r.params_at()
   steps = sorted(params["poisoned"])
-  if progress:
-    print(f"comparing {len(steps)} checkpoints of each fine-tune with the clean model", flush=True)
+  ctx.log(f"comparing {len(steps)} checkpoints of each fine-tune with the clean model")
 
   seeds, curves = [], {}
-  for s in range(cfg.num_seeds):
+  for s in range(cfg.run.num_seeds):
     pick = lambda tree: jax.tree.map(lambda a: a[s], tree)
     reference = pick(start)
     asr = np.array([np.asarray(r["attack_success"])[s] for r in histories["poisoned"] if r["step"] in steps])
@@ -215,13 +224,28 @@ def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
                                                 if o["signal_over_drift"][m] is not None] or [np.nan]))
                               for m in MEASURES},
     }
-  if metrics_lib.is_writer():
-    figures = os.path.join(workdir, "figures")
-    os.makedirs(figures, exist_ok=True)
-    metrics_lib.write_json(os.path.join(workdir, "similarity.json"), curves)
-    summary["figures"] = plot_all(cfg, curves, seeds, histories, figures)
-    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
-  return summary
+  return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, curves, seeds, histories, folder),
+                       files={"similarity.json": curves})
+
+
+def report(summary: dict) -> list[str]:
+  """Per seed: accuracy and attack success, and each measure's similarity at the onset against the control."""
+  lines = []
+  for i, s in enumerate(summary["seeds"]):
+    lines.append(f"seed {i}: clean test acc {s['clean_test_acc']:.3f} (attack success "
+                 f"{s['clean_attack_success']:.3f}); after poisoning: test acc {s['final_test_acc']:.3f}, attack "
+                 f"success {s['final_attack_success']:.3f}")
+    o = s["onset"]
+    if o is None:
+      lines.append("  the attack success rate never reached the onset threshold")
+      continue
+    lines.append(f"  onset at fine-tuning step {o['step']} (ASR {o['attack_success']:.3f}); similarity to the clean "
+                 "model (poisoned | unpoisoned control | signal over drift):")
+    for m in MEASURES:
+      ratio = o["signal_over_drift"][m]
+      lines.append(f"    {LABELS[m]:42s} {o['similarity_poisoned'][m]:.4f} | {o['similarity_continued'][m]:.4f} | "
+                   f"{'n/a' if ratio is None else f'{ratio:.1f}x'}")
+  return lines
 
 
 def plot_all(cfg: Config, curves: dict, seeds: list[dict], histories: dict, figures: str) -> list[str]:
@@ -232,11 +256,11 @@ def plot_all(cfg: Config, curves: dict, seeds: list[dict], histories: dict, figu
   ax = axes[0]
   for name, style in (("clean", "-"), ("poisoned", "-"), ("continued", "--")):
     h = histories[name]
-    offset = 0 if name == "clean" else cfg.steps
+    offset = 0 if name == "clean" else cfg.run.steps
     x = np.array([r["step"] for r in h]) + offset
     ax.plot(x, [np.asarray(r["test_acc"])[0] for r in h], style, color="C0", label=f"test accuracy ({name})")
     ax.plot(x, [np.asarray(r["attack_success"])[0] for r in h], style, color="C3", label=f"attack success ({name})")
-  ax.axvline(cfg.steps, color="k", lw=0.8, ls=":")
+  ax.axvline(cfg.run.steps, color="k", lw=0.8, ls=":")
   ax.set_xlabel("step (fine-tuning starts at the dotted line)")
   ax.set_title("seed 0: accuracy and attack success rate")
   ax.legend(fontsize=7)
@@ -258,8 +282,4 @@ def plot_all(cfg: Config, curves: dict, seeds: list[dict], histories: dict, figu
   path = os.path.join(figures, "backdoor_similarity.png")
   fig.savefig(path, dpi=110)
   plt.close(fig)
-  return [os.path.basename(path)]
-
-
-def config_from_flags(values: dict) -> Config:
-  return Config(**{f.name: values[f.name] for f in dataclasses.fields(Config)})
+  return [path]

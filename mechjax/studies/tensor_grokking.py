@@ -29,11 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from mechjax import config
 from mechjax import plotting
 from mechjax.models import bilinear as bl
 from mechjax.similarity import tensor as ts
+from mechjax.studies import frame
 from mechjax.train import loop
-from mechjax.train import metrics as metrics_lib
 
 RUN = "grokking"
 MEASURES = ("tensor", "logit_cosine", "weight_cosine", "cka")
@@ -42,21 +43,28 @@ LABELS = {"tensor": "tensor similarity", "logit_cosine": "logit cosine (all P² 
 THRESHOLD = 0.99
 
 
+NAME = "tensor_similarity_grokking"
+
+
 @dataclasses.dataclass(frozen=True)
-class Config:
-  p: int = 113
-  hidden: int = 64
-  train_fraction: float = 0.3
-  learning_rate: float = 1e-3
-  weight_decay: float = 0.3
-  batch_size: int = 512
-  steps: int = 25_000
-  num_checkpoints: int = 48
-  checkpoint_power: float = 2.0
-  seed: int = 0
-  num_seeds: int = 4
-  weight_decays: tuple[float, ...] = ()  # several: a weight-decay sweep inside one program
-  log_every: int = 250
+class Config(config.Settings):
+  run: config.RunSettings = config.group(config.RunSettings(steps=25_000, num_seeds=4, log_every=250,
+                                                            checkpoint_every=25_000))
+  p: int = config.setting(113, "The modulus P (inputs are one-hot pairs, 2P wide).", check=config.at_least(3))
+  hidden: int = config.setting(64, "Width of the bilinear layer.", check=config.at_least(1))
+  train_fraction: float = config.setting(0.3, "Fraction of the P² pairs used for training (the rest is the test "
+                                         "set).", check=config.within(0, 1))
+  learning_rate: float = config.setting(1e-3, "AdamW step size.", check=config.positive)
+  weight_decay: float = config.setting(0.3, "AdamW (decoupled) weight decay.", check=config.non_negative)
+  weight_decays: tuple[float, ...] = config.setting(
+      (), "Several weight decays to train side by side in one vmapped program (each with the same --num_seeds "
+      "seeds); empty: just --weight_decay.", check=config.all_of(config.each(config.non_negative), config.distinct))
+  batch_size: int = config.setting(512, "Training pairs per step (drawn with replacement from the split).",
+                                   check=config.at_least(1))
+  num_checkpoints: int = config.setting(48, "Checkpoints on the power schedule (the initialisation is added).",
+                                        check=config.at_least(2))
+  checkpoint_power: float = config.setting(2.0, "Checkpoint k of K is at steps * (k/K)^power (1 = evenly spaced).",
+                                           check=config.positive)
 
 
 def model_of(cfg: Config) -> nn.Module:
@@ -64,8 +72,8 @@ def model_of(cfg: Config) -> nn.Module:
 
 
 def split(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
-  """Indices ``a·P + b`` of the training and test pairs (a fixed split, drawn from ``cfg.seed``)."""
-  perm = np.random.default_rng(cfg.seed).permutation(cfg.p**2)
+  """Indices ``a·P + b`` of the training and test pairs (a fixed split, drawn from ``--seed``)."""
+  perm = np.random.default_rng(cfg.run.seed).permutation(cfg.p**2)
   n_train = int(round(cfg.train_fraction * cfg.p**2))
   if not 0 < n_train < cfg.p**2:
     raise ValueError(f"train_fraction {cfg.train_fraction} leaves an empty training or test set for P = {cfg.p}")
@@ -118,7 +126,7 @@ def members(cfg: Config) -> list[dict]:
   """One entry per trained network: ``{"seed", "weight_decay"}``, weight decay major. With
   ``weight_decays`` every value trains the same ``num_seeds`` seeds (paired), all in one vmapped program."""
   wds = cfg.weight_decays or (cfg.weight_decay,)
-  return [{"seed": s, "weight_decay": float(wd)} for wd in wds for s in range(cfg.num_seeds)]
+  return [{"seed": s, "weight_decay": float(wd)} for wd in wds for s in range(cfg.run.num_seeds)]
 
 
 def checkpoint_schedule(steps: int, num: int, power: float) -> list[int]:
@@ -165,25 +173,25 @@ def pearson_upper(a: np.ndarray, b: np.ndarray) -> float:
   return float(np.corrcoef(a[i, j], b[i, j])[0, 1])
 
 
-def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains (resuming an interrupted run), compares every pair of checkpoints, and writes ``summary.json``,
   ``similarity.npz`` (the matrices and their steps) and figures."""
   who = members(cfg)
-  keys = jnp.tile(loop.seed_keys(cfg.seed, cfg.num_seeds), (len(who) // cfg.num_seeds, 1))
+  keys = jnp.tile(loop.seed_keys(cfg.run.seed, cfg.run.num_seeds), (len(who) // cfg.run.num_seeds, 1))
   problem, optimizer = make_problem(cfg), make_optimizer(cfg)
   hyperparams = {"weight_decay": [m["weight_decay"] for m in who]} if cfg.weight_decays else None
-  schedule = checkpoint_schedule(cfg.steps, cfg.num_checkpoints, cfg.checkpoint_power)
+  schedule = checkpoint_schedule(cfg.run.steps, cfg.num_checkpoints, cfg.checkpoint_power)
   summarize = lambda r: (f"loss {np.mean(r['train_loss']):.3f} | train acc {np.mean(r['train_acc']):.3f} "
                          f"| test acc {np.mean(r['test_acc']):.3f}")
-  result = loop.train(problem, optimizer, keys=keys, steps=cfg.steps, workdir=workdir, run=RUN,
-                      log_every=cfg.log_every, checkpoint_every=cfg.steps, progress=progress, summarize=summarize,
-                      keep_checkpoints=None, checkpoint_steps=schedule,
-                      binary_chunks=True, hyperparams=hyperparams)
-  params_by_step = loop.checkpoint_params(problem, optimizer, keys=keys, workdir=workdir, run=RUN, steps=schedule)
+  result = loop.train(problem, optimizer, keys=keys, steps=cfg.run.steps, workdir=ctx.workdir, run=RUN,
+                      log_every=cfg.run.log_every, checkpoint_every=cfg.run.checkpoint_every, progress=ctx.progress,
+                      summarize=summarize, keep_checkpoints=None, checkpoint_steps=schedule, binary_chunks=True,
+                      hyperparams=hyperparams)
+  params_by_step = result.params_at(schedule)
   params_by_step[0] = jax.vmap(lambda k: loop.init_state(problem, optimizer, k)["params"])(keys)
   steps = sorted(params_by_step)
-  if progress:
-    print(f"comparing {len(steps)} checkpoints pairwise ({len(who)} network(s))", flush=True)
+  ctx.log(f"comparing {len(steps)} checkpoints pairwise ({len(who)} network(s))")
   history = result.history
   seeds, matrices = [], {}
   for s, member in enumerate(who):
@@ -213,13 +221,21 @@ def run(cfg: Config, workdir: str, progress: bool = True) -> dict:
                  | {"pearson_r_tensor_vs_logit_cosine": float(np.mean(
                      [s["pearson_r_vs_logit_cosine"]["tensor"] for s in seeds if s["weight_decay"] == float(wd)]))}
         for wd in cfg.weight_decays}
-  if metrics_lib.is_writer():
-    figures = os.path.join(workdir, "figures")
-    os.makedirs(figures, exist_ok=True)
-    np.savez(os.path.join(workdir, "similarity.npz"), steps=np.array(steps), **matrices)
-    summary["figures"] = plot_all(cfg, history, steps, matrices, seeds, figures)
-    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
-  return summary
+  return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, history, steps, matrices, seeds, folder),
+                       files={"similarity.npz": {"steps": np.array(steps), **matrices}})
+
+
+def report(summary: dict) -> list[str]:
+  """Per network: accuracies, the two phases, and each measure's Pearson r with the logit cosine."""
+  lines = []
+  for s in summary["seeds"]:
+    r = s["pearson_r_vs_logit_cosine"]
+    lines.append(f"seed {s['seed']} (weight decay {s['weight_decay']:g}): train acc {s['final_train_acc']:.3f}, test "
+                 f"acc {s['final_test_acc']:.3f}; memorised at step {s['memorised_step']}, generalised at step "
+                 f"{s['generalised_step']}")
+    lines.append(f"  Pearson r with logit cosine over {len(summary['checkpoint_steps'])} checkpoints: tensor "
+                 f"similarity {r['tensor']:.3f}, weight cosine {r['weight_cosine']:.3f}, CKA {r['cka']:.3f}")
+  return lines
 
 
 def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict, seeds: list[dict], figures: str) -> list[str]:
@@ -274,9 +290,4 @@ def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict,
   fig.savefig(path, dpi=110)
   plt.close(fig)
   written.append(path)
-  return [os.path.basename(w) for w in written]
-
-
-def config_from_flags(values: dict) -> Config:
-  values = {**values, "weight_decays": tuple(float(v) for v in values["weight_decays"])}
-  return Config(**{f.name: values[f.name] for f in dataclasses.fields(Config)})
+  return written

@@ -1,14 +1,19 @@
-"""Shared absl flags, their validators, and the app runner every experiment uses.
+"""The command line: flags generated from a study's ``Config``, and the app runner every entry point uses.
 
-Every experiment calls :func:`define_shared_flags` once, with its own defaults, and runs its ``main``
-through :func:`run`. The shared names (``--workdir --seed --num_seeds --steps --checkpoint_every
---log_every --overwrite``) are relied on by launchers and tests: keep them.
+An experiment is two lines (:func:`experiment`): it defines one absl flag per setting of its study's
+``Config`` (:mod:`mechjax.config`; the default, help text and choices come from there), plus ``--workdir`` and
+``--overwrite``, and its main parses them into a ``Config`` and calls ``study.run(cfg, workdir)``. The shared
+names (``--workdir --seed --num_seeds --steps --checkpoint_every --log_every --overwrite``) are relied on by
+launchers and tests: keep them.
 
 Errors a user can cause print exactly one line on stderr and exit non-zero, with no traceback:
 
-* a bad flag value: ``error: flag --steps=0: must be an integer >= 1`` (exit 2);
+* a bad flag value: ``error: flag --steps=0: must be an integer >= 1`` (exit 2), the text of the same
+  :class:`mechjax.config.ConfigError` that ``Config(...)`` raises in Python;
 * a workdir that cannot be used (:class:`mechjax.train.workdir.WorkdirError`, exit 2);
 * a non-finite loss (:class:`mechjax.train.loop.NonFiniteError`, exit 1).
+
+The theory scripts define their own flags with absl and use :func:`positive_int` and friends and :func:`run`.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ import os
 import sys
 from typing import Callable
 
+from types import ModuleType
+
 from absl import app
 from absl import flags
 from absl import logging
 
+from mechjax import config as config_lib
 from mechjax.train.loop import NonFiniteError
-from mechjax.train import workdir as workdir_lib
 from mechjax.train.workdir import WorkdirError
 
 FLAGS = flags.FLAGS
@@ -76,45 +83,87 @@ def positive_float(name: str, allow_zero: bool = False) -> None:
                            message=f"must be a finite number {what}")
 
 
-def float_list(name: str, minimum: float | None = None) -> None:
-  """Validates a DEFINE_list flag whose items must be finite floats (``>= minimum`` if given)."""
-
-  def check(values):
-    try:
-      xs = [float(v) for v in values]
-    except (TypeError, ValueError):
-      return False
-    return bool(xs) and all(math.isfinite(x) and (minimum is None or x >= minimum) for x in xs)
-
-  what = f"finite numbers >= {minimum}" if minimum is not None else "finite numbers"
-  flags.register_validator(name, check, message=f"must be a comma-separated list of {what}, e.g. 0,1,2")
+class FlagError(ValueError):
+  """A flag value (or a combination of them) that the config refuses; the message names the flags."""
 
 
-def choice_list(name: str, choices: tuple[str, ...]) -> None:
-  flags.register_validator(name, lambda vs: bool(vs) and all(v in choices for v in vs),
-                           message=f"must be a comma-separated list of {', '.join(choices)}")
+def define(config_cls: type, *, module_name: str, workdir: str, flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines ``--workdir`` (default ``workdir``), ``--overwrite`` and one flag per setting of ``config_cls``
+  that has a flag name, each with its default and help text; ``module_name`` (the experiment's module, or
+  its path when it is ``__main__``) makes ``--help`` list them. ``flag_values`` other than the global
+  ``FLAGS`` is for tests."""
+  kw = dict(module_name=module_name, flag_values=flag_values)
+  flags.DEFINE_string("workdir", workdir, "Output folder: config.json, metrics.jsonl, summary.json, figures/, "
+                      "checkpoints/. A folder holding an unfinished run is resumed.", **kw)
+  flags.DEFINE_bool("overwrite", False, "Delete an existing run in --workdir and start afresh.", **kw)
+  flags.register_validator("workdir", lambda v: bool(v and v.strip()), message="must be a non-empty path",
+                           flag_values=flag_values)
+  for spec in config_lib.flat_specs(config_cls):
+    if spec.flag is None:
+      continue
+    kind, default = spec.kind, spec.default
+    if default is None:
+      default = spec.unset
+    if kind.base is tuple:
+      extra = f" Any of: {', '.join(spec.choices)}." if spec.choices else ""
+      flags.DEFINE_list(spec.flag, [f"{v:g}" if isinstance(v, float) else str(v) for v in default], spec.help + extra,
+                        **kw)
+    elif kind.base is str and spec.choices:
+      flags.DEFINE_enum(spec.flag, default, list(spec.choices), spec.help, **kw)
+    else:
+      define_fn = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+                   str: flags.DEFINE_string}[kind.base]
+      help_text = spec.help if spec.unset is None else f"{spec.help} ({spec.unset} means unset)"
+      define_fn(spec.flag, default, help_text, **kw)
 
 
-def define_shared_flags(experiment: str, *, steps: int, num_seeds: int = 4, log_every: int = 100,
-                        checkpoint_every: int = 1000) -> None:
-  """Defines the shared flags with this experiment's defaults; ``--workdir`` defaults to ``runs/<experiment>``."""
-  flags.DEFINE_string("workdir", os.path.join("runs", experiment),
-                      "Output folder: config.json, metrics.jsonl, summary.json, figures/, checkpoints/. "
-                      "A folder holding an unfinished run is resumed.")
-  flags.DEFINE_integer("seed", 0, "Base random seed; seed i of the vmapped run uses fold_in(PRNGKey(seed), i).")
-  flags.DEFINE_integer("num_seeds", num_seeds, "Independent seeds trained together in one vmapped program.")
-  flags.DEFINE_integer("steps", steps, "Optimizer steps per run.")
-  flags.DEFINE_integer("checkpoint_every", checkpoint_every, "Save a checkpoint every this many steps.")
-  flags.DEFINE_integer("log_every", log_every, "Write metrics and a progress line every this many steps.")
-  flags.DEFINE_bool("overwrite", False, "Delete an existing run in --workdir and start afresh.")
-  positive_int("seed", minimum=0)
-  for name in ("num_seeds", "steps", "checkpoint_every", "log_every"):
-    positive_int(name)
-  flags.register_validator("workdir", lambda v: bool(v and v.strip()), message="must be a non-empty path")
+def config_from_flags(config_cls: type, flag_values: flags.FlagValues = FLAGS):
+  """The parsed flags as a ``config_cls``. A value the config refuses raises :class:`FlagError` with the
+  config's own message, naming the flags as they were given (``flag --steps=0: must be an integer >= 1``)."""
+  values = {}
+  for spec in config_lib.flat_specs(config_cls):
+    if spec.flag is not None:
+      value = flag_values[spec.flag].value
+      values[spec.flag] = None if spec.unset is not None and value == spec.unset else value
+  try:
+    return config_cls.from_flat(values)
+  except config_lib.ConfigError as e:
+    given = [flag_values[n].serialize() if n in flag_values else n for n in e.names]
+    raise FlagError(f"flag{'s' if len(given) > 1 else ''} {', '.join(given)}: {e.message}") from None
+
+
+def experiment(study: ModuleType, module_name: str):
+  """The entry point of ``python -m experiments.<name>``: defines ``study.Config``'s flags and returns ``main``.
+
+  ``main()`` parses the flags into a ``Config``, calls ``study.run(cfg, --workdir, overwrite=--overwrite)``
+  (which applies the workdir contract itself, so a call from Python obeys the same rules), and prints where
+  the outputs are and ``study.report(summary)``. A study with ``CPU_CORES_AS_DEVICES = True`` makes every CPU
+  core a JAX device first (:func:`cpu_cores_as_devices`). Use it as::
+
+      main = flags.experiment(fourier_phase, __name__)
+      if __name__ == "__main__":
+        main()
+  """
+  define(study.Config, module_name=sys.argv[0] if module_name == "__main__" else module_name,
+         workdir=os.path.join("runs", study.NAME))
+
+  def body(argv):
+    if len(argv) > 1:
+      raise FlagError(f"unexpected arguments {argv[1:]}; every setting is a --flag")
+    if getattr(study, "CPU_CORES_AS_DEVICES", False):
+      cpu_cores_as_devices()
+    cfg = config_from_flags(study.Config)
+    summary = study.run(cfg, FLAGS.workdir, overwrite=FLAGS.overwrite)
+    if "figures" in summary:
+      print(f"wrote {FLAGS.workdir}/summary.json and figures/: {', '.join(summary['figures'])}")
+    for line in study.report(summary):
+      print(line)
+
+  return lambda: run(body)
 
 
 def flag_values() -> dict:
-  """Every flag defined outside absl itself (the shared flags and the experiment's own), as a dict."""
+  """Every flag defined outside absl itself (the entry point's own flags), as a dict."""
   names = {f.name for module, fs in FLAGS.flags_by_module_dict().items() if _ours(module) for f in fs}
   return {n: FLAGS[n].value for n in sorted(names)}
 
@@ -123,21 +172,6 @@ def _ours(module: str) -> bool:
   """Flags of this project, however the entry point was started (``python -m`` or a path)."""
   name = module.replace("/", ".").replace("\\", ".")
   return name == "__main__" or any(part in name for part in ("mechjax.", "experiments.", "theory.", "benchmarks."))
-
-
-def start(argv: list[str]) -> dict | None:
-  """The common start of an experiment's ``main``: refuse positional arguments, then prepare ``--workdir``.
-
-  Returns the flag values, or None (after saying so) when ``--workdir`` holds a finished run.
-  """
-  if len(argv) > 1:
-    raise WorkdirError(f"unexpected arguments {argv[1:]}; every setting is a --flag")
-  values = flag_values()
-  if workdir_lib.prepare(FLAGS.workdir, values, overwrite=FLAGS.overwrite) is workdir_lib.Status.COMPLETE:
-    print(f"{FLAGS.workdir}: this run is complete (summary.json exists); nothing to do. "
-          "Pass --overwrite to start afresh.")
-    return None
-  return values
 
 
 def _one_line(text: str) -> str:
@@ -154,14 +188,15 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def run(main: Callable[[list[str]], None]) -> None:
-  """``absl.app.run`` with one-line errors for bad flags, unusable workdirs and non-finite losses."""
+  """``absl.app.run`` with one-line errors for bad flags, refused configs, unusable workdirs and non-finite
+  losses."""
 
   def wrapped(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.
     try:
       initialize_distributed()
       main(argv)
-    except WorkdirError as e:
+    except (WorkdirError, FlagError) as e:
       print(f"error: {_one_line(e)}", file=sys.stderr)
       sys.exit(2)
     except NonFiniteError as e:

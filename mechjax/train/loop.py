@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from mechjax import sharding as sharding_lib
 from mechjax.train import checkpoint as ckpt_lib
 from mechjax.train import metrics as metrics_lib
 from mechjax.train.progress import Progress
@@ -139,9 +140,18 @@ def chunk_ends(start: int, steps: int, log_every: int, checkpoint_every: int, ex
 
 @dataclasses.dataclass
 class TrainResult:
+  """What :func:`train` returns: the final state, this run's ``metrics.jsonl`` rows, the step it resumed from
+  (None for a fresh start), and how to read its checkpoints back."""
+
   state: State
   history: list[dict]
   resumed_from: int | None
+  restore: Callable[..., dict[int, Params]] | None = None
+
+  def params_at(self, steps: Sequence[int] | None = None) -> dict[int, Params]:
+    """The (seed-stacked) params saved at ``steps`` (all committed steps by default), by step: restored with
+    the problem, optimizer, keys and sharding this run trained with (:func:`checkpoint_params`)."""
+    return self.restore(steps=steps)
 
 
 def train(
@@ -177,9 +187,8 @@ def train(
   compile one program per distinct length.
   ``shard_seeds`` splits the seed axis over all devices with a one-axis ``Mesh`` (:func:`seed_sharding`): the
   same single program, partitioned by XLA, each device holding its share of the seeds. ``None`` (the
-  default) does so on accelerators whenever there are several devices and they divide the seed count; on
-  a CPU, whose "devices" are cores only on request (:func:`mechjax.train.flags.cpu_cores_as_devices`), it
-  must be asked for with ``True``.
+  default) does so whenever there are several devices and they divide the seed count (on a CPU there are
+  several only on request, :func:`mechjax.train.flags.cpu_cores_as_devices`); ``False`` never does.
   ``hyperparams`` sweeps numeric optimizer hyperparameters inside the same program: ``{"learning_rate":
   [...]}`` gives seed ``i`` the ``i``-th value (one per key). The optimizer must expose them through
   ``optax.inject_hyperparams`` (:func:`set_hyperparams`); a checkpoint restores them with the state.
@@ -191,11 +200,10 @@ def train(
       the last good checkpoint is kept.
   """
   workdir = os.fspath(workdir)
+  restore = functools.partial(checkpoint_params, problem, optimizer, keys=keys, workdir=workdir, run=run,
+                              shard_seeds=shard_seeds, initial_params=initial_params)
   writer = metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run)
-  if initial_params is None:
-    init_fn = jax.jit(jax.vmap(functools.partial(init_state, problem, optimizer)))
-  else:
-    init_fn = jax.jit(lambda keys: jax.vmap(functools.partial(init_state, problem, optimizer))(keys, initial_params))
+  init_fn = _init_fn(problem, optimizer, initial_params)
   abstract_state = jax.eval_shape(init_fn, keys)
   sharding = state_sharding(keys.shape[0], shard_seeds)
 
@@ -217,7 +225,7 @@ def train(
         state = _to_global(state, sharding)
     resumed_from = start if start > 0 else None
     if start >= steps:
-      return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from)
+      return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from, restore)
 
     chunk_fn = make_chunk_fn(problem, optimizer)
     bar = Progress(run, steps, start, enabled=progress)
@@ -240,7 +248,18 @@ def train(
       if end % checkpoint_every == 0 or end == steps or end in saves:
         checkpointer.save(end, state)
       bar.update(end, summarize(row) if summarize else f"loss {np.mean(row['train_loss']):.4f}")
-  return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from)
+  return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from, restore)
+
+
+def _init_fn(problem: Problem, optimizer: optax.GradientTransformation, initial_params: Params = None):
+  """``init(keys) -> state`` with the seed axis: from ``problem.init``, or from ``initial_params``."""
+  if initial_params is None:
+    return jax.jit(jax.vmap(functools.partial(init_state, problem, optimizer)))
+  return jax.jit(lambda keys: jax.vmap(functools.partial(init_state, problem, optimizer))(keys, initial_params))
+
+
+def _abstract_state(problem, optimizer, keys, initial_params=None):
+  return jax.eval_shape(_init_fn(problem, optimizer, initial_params), keys)
 
 
 def _host_if_multiprocess(state: State) -> State:
@@ -250,24 +269,11 @@ def _host_if_multiprocess(state: State) -> State:
 
 
 def seed_sharding(num_seeds: int, shard: bool | None = None):
-  """A ``NamedSharding`` that splits a leading seed axis over every device (mesh axis ``"seeds"``), or None.
-
-  ``shard=None`` shards on accelerators when there are several devices; ``True`` also on CPU devices. The
-  device count must divide ``num_seeds`` (a ValueError says so when ``shard=True``; ``None`` then falls back
-  to one device).
-  """
-  devices = jax.devices()
-  if shard is False or len(devices) < 2:
-    return None
-  if shard is None and devices[0].platform == "cpu":
-    return None
-  if num_seeds % len(devices):
-    if shard:
-      raise ValueError(f"cannot shard {num_seeds} seeds over {len(devices)} devices: the device count must divide "
-                       "the number of seeds")
-    return None
-  mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds"))
+  """A ``NamedSharding`` that splits a leading seed axis over every device (mesh axis ``"seeds"``), or None:
+  :func:`mechjax.sharding.leading_axis`, the rule the SGLD chains follow too. ``shard=None`` shards whenever
+  there are several devices and their number divides ``num_seeds``; ``True`` insists (a ValueError says why it
+  cannot); ``False`` never shards."""
+  return sharding_lib.leading_axis(num_seeds, "seeds", shard)
 
 
 def set_hyperparams(opt_state, values: dict[str, Sequence[float]], num_seeds: int):
@@ -364,10 +370,12 @@ def _check_finite(loss_SxT: np.ndarray, params_finite_S: np.ndarray, *, first_st
 
 def checkpoint_params(problem: Problem, optimizer: optax.GradientTransformation, *, keys: jax.Array,
                       workdir: str | os.PathLike, run: str = "main", steps: Sequence[int] | None = None,
-                      shard_seeds: bool | None = None) -> dict[int, Params]:
+                      shard_seeds: bool | None = None, initial_params: Params = None) -> dict[int, Params]:
   """The (seed-stacked) params saved by :func:`train` at ``steps`` (all committed steps by default), by step.
-  ``shard_seeds`` as given to :func:`train`; across processes the params come back whole on every host."""
-  abstract = jax.eval_shape(jax.vmap(functools.partial(init_state, problem, optimizer)), keys)
+  ``optimizer``, ``shard_seeds`` and ``initial_params`` as given to :func:`train` (the optimizer state is part of
+  the checkpoint, so the restore needs its structure); :meth:`TrainResult.params_at` passes them for you.
+  Across processes the params come back whole on every host."""
+  abstract = _abstract_state(problem, optimizer, keys, initial_params)
   sharding = state_sharding(keys.shape[0], shard_seeds)
   if sharding is not None:
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract)

@@ -1,0 +1,142 @@
+"""What every study does around its science: the workdir contract, cached stages, and the ending.
+
+A study module defines ``NAME``, a ``Config`` (:mod:`mechjax.config`), ``report(summary) -> lines`` and its
+``run``, decorated with :func:`study`::
+
+    @frame.study
+    def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+      result = loop.train(problem, optimizer, keys=..., workdir=ctx.workdir, progress=ctx.progress, ...)
+      chi = ctx.stage("susceptibility", lambda: estimate(...), fmt="npz")   # computed once, reloaded on rerun
+      return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, ..., folder))
+
+The decorated function is called ``run(cfg, workdir, *, overwrite=False, progress=True) -> summary``, from
+Python and from the command line alike (:func:`mechjax.train.flags.experiment`), and does, around the body:
+
+1. **prepare** the workdir (:func:`mechjax.train.workdir.prepare`): a new folder gets ``config.json``; a
+   folder whose ``config.json`` differs is refused, naming the settings; ``overwrite=True`` starts afresh; a
+   finished run (``summary.json`` exists) is not recomputed: its summary is returned;
+2. run the body, whose training resumes from checkpoints and whose :meth:`Context.stage` results are
+   reloaded, so an interrupted run or analysis picks up where it stopped;
+3. **finish**, on the writer process only (process 0 under multi-host JAX): the figures, the extra files and,
+   last, ``summary.json``, whose presence marks the run finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from mechjax import config as config_lib
+from mechjax.train import metrics as metrics_lib
+from mechjax.train import workdir as workdir_lib
+
+FORMATS = ("json", "npz")
+
+
+@dataclasses.dataclass
+class Context:
+  """What a study's body gets besides its config: where to write, whether to print progress, and stages."""
+
+  workdir: str
+  progress: bool = True
+
+  def path(self, name: str) -> str:
+    return os.path.join(self.workdir, name)
+
+  def log(self, text: str) -> None:
+    """A progress line on stdout (when ``progress``)."""
+    if self.progress:
+      print(text, flush=True)
+
+  def stage(self, name: str, compute: Callable[[], Any], fmt: str = "json") -> Any:
+    """The result of ``compute()``, saved as ``<workdir>/<name>.<fmt>`` the first time and loaded from there
+    on every later call with this workdir (a rerun after an interruption, or of a finished run's analysis).
+
+    ``fmt="json"`` stores a tree of dicts, lists, numbers and strings (arrays become lists; load gives lists
+    back); ``fmt="npz"`` stores a flat dict of arrays (load gives NumPy arrays). Every process computes; only
+    the writer saves.
+    """
+    if fmt not in FORMATS:
+      raise ValueError(f"fmt must be one of {FORMATS}; got {fmt!r}")
+    path = self.path(f"{name}.{fmt}")
+    if os.path.exists(path):
+      if fmt == "npz":
+        with np.load(path) as f:
+          return dict(f)
+      with open(path) as f:
+        return json.load(f)
+    result = compute()
+    _write(path, result)
+    return result
+
+
+@dataclasses.dataclass
+class Outputs:
+  """What a study's body returns.
+
+  Attributes:
+    summary: the headline numbers, written last as ``summary.json``.
+    figures: ``figures(folder) -> [file names]``, called on the writer with ``<workdir>/figures``; the names
+      are recorded in the summary under ``"figures"``.
+    files: extra outputs by file name: ``.json`` (a tree), ``.npz`` (a dict of arrays) or text (``.md``, ...).
+  """
+
+  summary: dict
+  figures: Callable[[str], list[str]] | None = None
+  files: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _write(path: str, obj: Any) -> None:
+  if not metrics_lib.is_writer():
+    return
+  if path.endswith(".json"):
+    metrics_lib.write_json(path, obj)
+  elif path.endswith(".npz"):
+    np.savez(path, **obj)
+  else:
+    with open(path, "w") as f:
+      f.write(obj if obj.endswith("\n") else obj + "\n")
+
+
+def finish(workdir: str, outputs: Outputs) -> dict:
+  """Writes the figures, the extra files and ``summary.json`` (last), on the writer process; returns the
+  summary (with ``"figures"`` on the writer)."""
+  summary = dict(outputs.summary)
+  if metrics_lib.is_writer():
+    if outputs.figures is not None:
+      folder = os.path.join(workdir, "figures")
+      os.makedirs(folder, exist_ok=True)
+      summary["figures"] = [os.path.basename(f) for f in outputs.figures(folder)]
+    for name, obj in outputs.files.items():
+      _write(os.path.join(workdir, name), obj)
+    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
+  return summary
+
+
+def study(body: Callable[[Any, Context], Outputs]):
+  """Makes a study's ``body(cfg, ctx) -> Outputs`` into ``run(cfg, workdir, *, overwrite=False,
+  progress=True) -> summary`` with the workdir contract around it (see the module docstring)."""
+
+  @functools.wraps(body)
+  def run(cfg, workdir: str | os.PathLike, *, overwrite: bool = False, progress: bool = True) -> dict:
+    if not isinstance(cfg, config_lib.Settings):
+      raise TypeError(f"cfg must be the study's Config; got {type(cfg).__name__}")
+    workdir = os.fspath(workdir)
+    status = workdir_lib.prepare(workdir, cfg, overwrite=overwrite)
+    if status is workdir_lib.Status.COMPLETE:
+      if progress:
+        print(f"{workdir}: this run is complete (summary.json exists); nothing to do. Pass --overwrite "
+              "(overwrite=True) to start afresh.", flush=True)
+      with open(os.path.join(workdir, "summary.json")) as f:
+        return json.load(f)
+    return finish(workdir, body(cfg, Context(workdir, progress)))
+
+  run.__doc__ = (body.__doc__ or "") + (
+      "\n\n  Called as ``run(cfg, workdir, *, overwrite=False, progress=True) -> summary``: the workdir contract of "
+      ":mod:`mechjax.studies.frame` applies (config.json, resume, overwrite, summary.json last).")
+  return run

@@ -1,0 +1,84 @@
+"""The study frame: the workdir contract applies to ``study.run`` called from Python, stages are cached, and
+the ending writes figures, files and summary.json (mechjax.studies.frame)."""
+
+import dataclasses
+import json
+
+import pytest
+
+from mechjax import config
+from mechjax.studies import fourier_phase
+from mechjax.studies import frame
+from mechjax.train.workdir import WorkdirError
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(config.Settings):
+  run: config.RunSettings = config.group(config.RunSettings(steps=10))
+  scale: float = config.setting(2.0, "A number the study multiplies.", check=config.positive)
+
+
+CALLS = []
+
+
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """A study without training: one cached stage, one figure, one extra file."""
+  value = ctx.stage("product", lambda: CALLS.append("stage") or {"value": cfg.scale * cfg.run.steps})
+
+  def figures(folder):
+    path = f"{folder}/plot.png"
+    open(path, "wb").write(b"png")
+    return [path]
+
+  return frame.Outputs({"value": value["value"]}, figures=figures, files={"notes.md": "written last but one"})
+
+
+def test_python_call_writes_config_and_refuses_a_mismatched_resume(tmp_path):
+  CALLS.clear()
+  summary = run(Config(), tmp_path, progress=False)
+  assert summary == {"value": 20.0, "figures": ["plot.png"]}
+  assert json.loads((tmp_path / "config.json").read_text()) == {**Config().to_flat()}
+  assert (tmp_path / "notes.md").read_text() == "written last but one\n" and (tmp_path / "figures/plot.png").exists()
+  with pytest.raises(WorkdirError, match=r"--scale=2.0 \(now 3.0\)"):
+    run(Config(scale=3.0), tmp_path, progress=False)
+  # A finished run is not recomputed; its summary comes back from disk.
+  assert run(Config(), tmp_path, progress=False) == summary and CALLS == ["stage"]
+  # An interrupted analysis (no summary.json) reloads its stage instead of recomputing it.
+  (tmp_path / "summary.json").unlink()
+  assert run(Config(), tmp_path, progress=False)["value"] == 20.0 and CALLS == ["stage"]
+  assert run(Config(scale=3.0), tmp_path, overwrite=True, progress=False)["value"] == 30.0
+  assert CALLS == ["stage", "stage"]
+
+
+def test_a_non_config_or_a_foreign_folder_is_refused(tmp_path):
+  with pytest.raises(TypeError, match="the study's Config"):
+    run({"scale": 2.0}, tmp_path)
+  (tmp_path / "precious.txt").write_text("keep")
+  with pytest.raises(WorkdirError, match="holds no mechjax run"):
+    run(Config(), tmp_path, overwrite=True)
+  assert (tmp_path / "precious.txt").exists()
+
+
+def test_stage_formats(tmp_path):
+  ctx = frame.Context(str(tmp_path), progress=False)
+  import numpy as np
+
+  arrays = ctx.stage("a", lambda: {"x": np.arange(3)}, fmt="npz")
+  again = ctx.stage("a", lambda: pytest.fail("recomputed"), fmt="npz")
+  np.testing.assert_array_equal(arrays["x"], again["x"])
+  with pytest.raises(ValueError, match="fmt must be one of"):
+    ctx.stage("b", dict, fmt="pickle")
+
+
+@pytest.mark.slow
+def test_a_real_study_from_python_obeys_the_same_contract(tmp_path):
+  cfg = fourier_phase.Config().replace(tasks=("amplitude",), width=8, eval_samples=64, num_seeds=1, batch_size=8,
+                                       steps=20, log_every=10, checkpoint_every=10)
+  summary = fourier_phase.run(cfg, tmp_path, progress=False)
+  saved = json.loads((tmp_path / "config.json").read_text())
+  assert saved["steps"] == 20 and saved["tasks"] == ["amplitude"] and saved["alpha"] == [0.0, 1.0, 2.0]
+  assert (tmp_path / "summary.json").exists() and summary["figures"]
+  assert any("final test acc" in line for line in fourier_phase.report(summary))
+  with pytest.raises(WorkdirError, match=r"--width=8 \(now 16\)"):
+    fourier_phase.run(cfg.replace(width=16), tmp_path, progress=False)

@@ -1,0 +1,120 @@
+"""The polymorphism study on planted answers, and the experiment as a user runs it."""
+
+import functools
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.helpers import run_module
+from mechjax.align.haar import haar_orthogonal
+from mechjax.models.transformer import fold_rmsnorm_gains, rotate_residual
+from mechjax.studies import polymorphism as study
+from mechjax.studies import polymorphism_analysis as analysis_lib
+from mechjax.studies import polymorphism_report as report_lib
+
+CFG = study.Config().replace(optimizer=("sgd",), length=16, max_depth=4, d_model=16, num_heads=2, d_mlp=32,
+                             num_seeds=3, fit_sequences=64, eval_sequences=64, sae_latents=32, sae_top_k=4,
+                             sae_steps=200, num_null=59)
+TINY = ["--length=16", "--max_depth=4", "--d_model=16", "--num_heads=2", "--d_mlp=32", "--num_seeds=2",
+        "--fit_sequences=32", "--eval_sequences=32", "--sae_latents=32", "--sae_top_k=4", "--sae_steps=50",
+        "--num_null=59", "--steps=40", "--log_every=20", "--checkpoint_every=20"]
+
+
+def _signed_permutation(key, d):
+  k_perm, k_sign = jax.random.split(key)
+  perm = jnp.eye(d)[jax.random.permutation(k_perm, d)]
+  return perm * jnp.where(jax.random.bernoulli(k_sign, 0.5, (d,)), 1.0, -1.0)[None, :]
+
+
+@pytest.fixture(scope="module")
+def planted():
+  """Seed 0 is a model; seed 1 is the same model in a Haar-rotated basis with its stream scaled by 2; seed 2 in
+  a signed-permuted basis."""
+  model = study.model_of(CFG)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, CFG.length), jnp.int32))
+  q = haar_orthogonal(jax.random.PRNGKey(1), CFG.d_model)
+  p = _signed_permutation(jax.random.PRNGKey(2), CFG.d_model)
+  seeds = [fold_rmsnorm_gains(params, CFG.num_layers), rotate_residual(params, q, CFG.num_layers, scale=2.0),
+           rotate_residual(params, p, CFG.num_layers)]
+  params_S = jax.tree.map(lambda *a: jnp.stack(a), *seeds)
+  analysis, rotations = analysis_lib.analyze(CFG, model, functools.partial(study.sample, CFG), params_S,
+                                             progress=False)
+  return analysis, rotations, q, p
+
+
+@pytest.mark.slow
+def test_analysis_recovers_a_planted_rotation_and_its_transfers(planted):
+  analysis, rotations, q, _ = planted
+  assert list(analysis) == analysis_lib.analysis_sites(CFG.num_layers)
+  for site, a in analysis.items():
+    np.testing.assert_allclose(rotations[f"{site}/0_1"], q, atol=2e-3, err_msg=site)
+    pair = next(p for p in a["pairs"] if p["seeds"] == [0, 1])
+    assert pair["rotation_split_half_agreement"] > 0.999, site
+    assert pair["cka"] == pytest.approx(1.0, abs=1e-3) and pair["procrustes_distance"] < 0.05, site
+    to_1 = next(x for x in pair["directions"] if x["source"] == 0)
+    assert to_1["scale"] == pytest.approx(2.0, rel=1e-3), site
+    assert to_1["aligned_ev_held_out"] > 0.999 and to_1["rotation_only_ev_held_out"] < 0.9, site
+    assert to_1["identity_ev_held_out"] < 0.5, site  # without R the bases do not match
+    # Seed 0's SAE, moved through sR, reconstructs seed 1 exactly as well as it reconstructs seed 0.
+    assert to_1["sae_ev_aligned"] == pytest.approx(a["seeds"]["sae_ev_within"][0], abs=2e-3), site
+    assert to_1["sae_ev_raw"] < to_1["sae_ev_aligned"] - 0.2, site
+    # Seed 0's steering vector, moved through sR, does in seed 1 what seed 1's own vector does.
+    assert to_1["steer_effect_aligned"] == pytest.approx(to_1["steer_effect_native"], rel=1e-2, abs=1e-4), site
+    assert to_1["steer_cos_aligned"] > 0.999, site
+
+
+@pytest.mark.slow
+def test_haar_tests_separate_a_haar_rotation_from_a_signed_permutation(planted):
+  analysis, rotations, _, p = planted
+  site = "resid_post_1"
+  pairs = {tuple(x["seeds"]): x for x in analysis[site]["pairs"]}
+  np.testing.assert_allclose(rotations[f"{site}/0_2"], p, atol=2e-3)
+  permuted, haar_pair = pairs[(0, 2)]["haar"], pairs[(0, 1)]["haar"]
+  floor = 1 / (CFG.num_null + 1)
+  for stat in analysis_lib.BASIS_STATS:
+    assert permuted[stat]["p_value"] == pytest.approx(floor), stat  # as extreme as it gets
+    assert haar_pair[stat]["p_value"] > 0.05, stat
+  # The paper's two tests cannot tell the signed permutation from Haar.
+  assert permuted["frobenius_to_identity"]["p_value"] > 0.05
+  summary = analysis[site]["summary"]
+  assert summary["haar_applicable"] and summary["min_cross_covariance_rank"] == CFG.d_model
+  # Pair (0, 2) is privileged; pair (0, 1) is Haar; pair (1, 2) is q^T p, Haar as well.
+  assert summary["haar_basis_rejections"] == pytest.approx(1 / 3)
+  table = report_lib.table_markdown({"sites": {s: a["summary"] for s, a in analysis.items()}})
+  assert len(table.splitlines()) == 2 + len(analysis) and "resid_post_1" in table
+
+
+@pytest.mark.slow
+def test_experiment_writes_the_table_and_figures(tmp_path):
+  wd = tmp_path / "poly"
+  r = run_module("experiments.polymorphism", *TINY, "--optimizer=sgd", f"--workdir={wd}")
+  assert r.returncode == 0, r.stderr
+  for f in ("config.json", "metrics.jsonl", "summary.json", "pairs.json", "rotations.npz", "table.md",
+            "figures/training.png", "figures/dictionary_transfer.png", "figures/haar_tests.png",
+            "figures/steering_transfer.png", "figures/rotation_matrices.png"):
+    assert (wd / f).exists(), f
+  summary = json.loads((wd / "summary.json").read_text())
+  sites = summary["optimizers"]["sgd"]["sites"]
+  assert summary["sites"] == ["resid_pre_0", "resid_mid_0", "resid_post_0", "resid_mid_1", "resid_post_1"]
+  assert set(sites) == set(summary["sites"])
+  for m in sites.values():
+    assert all(np.isfinite(m[k]) for k in ("sae_ev_within", "sae_ev_raw", "sae_ev_aligned", "cka", "steer_ratio_aligned"))
+  assert "| resid_post_1 |" in r.stdout and "sgd: test accuracy" in r.stdout
+  with np.load(wd / "rotations.npz") as rot:
+    assert rot["sgd/resid_post_1/0_1"].shape == (16, 16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag,name", [
+    ("--optimizer=rmsprop", "--optimizer"), ("--num_seeds=1", "--num_seeds"), ("--num_heads=3", "--num_heads"),
+    ("--sgd_momentum=1", "--sgd_momentum"), ("--sae_top_k=300", "--sae_top_k"), ("--num_null=5", "--num_null"),
+])
+def test_bad_flags_give_one_line(flag, name, tmp_path):
+  r = run_module("experiments.polymorphism", flag, f"--workdir={tmp_path / 'w'}")
+  assert r.returncode == 2, r.stderr
+  lines = r.stderr.strip().splitlines()
+  assert len(lines) == 1 and name in lines[0], r.stderr
+  assert not (tmp_path / "w").exists()
