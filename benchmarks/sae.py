@@ -1,15 +1,17 @@
-"""TopK SAEs: the k-th-largest selection (iterative vs ``lax.top_k``) and whole training steps vs ReLU.
+"""TopK SAEs: the k-th-largest selection (iterative vs ``lax.top_k``) and whole training steps vs
+ReLU.
 
-    python -m benchmarks.sae                    # d = 64, 256 latents, batch 256, k = 8 and 32 (under a minute)
+    python -m benchmarks.sae # d = 64, 256 latents, batch 256, k = 8 and 32 (under a minute)
 
 Side by side in one run, best of --repeats after a warm-up:
 
-1. the selection alone, ``kth_largest`` (k − 1 masked argmaxes) vs ``lax.top_k``, on a (batch, latents) array;
-2. --steps jitted SAE training steps (forward, backward, Adam), TopK (default selection) vs ReLU + L1.
+1. the selection alone, ``kth_largest`` (k − 1 masked argmaxes) vs ``lax.top_k``, on a (batch,
+   latents) array;
+2. --steps jitted SAE training steps (forward, backward, Adam), TopK (default selection) vs ReLU +
+   L1.
 """
 
 import jax
-import jax.numpy as jnp
 import optax
 from absl import flags
 
@@ -49,15 +51,23 @@ def _steps_fn(model, x):
 def main(argv):
   del argv
   x = jax.random.normal(jax.random.PRNGKey(1), (FLAGS.batch, FLAGS.d))
-  print(f"device: {jax.devices()[0].platform}; d = {FLAGS.d}, latents = {FLAGS.latents}, batch = {FLAGS.batch}, "
-        f"{FLAGS.steps} steps per call")
+  print(
+    f"device: {jax.devices()[0].platform}; d = {FLAGS.d}, latents = {FLAGS.latents}, batch = "
+    f"{FLAGS.batch}, {FLAGS.steps} steps per call"
+  )
   f = jax.nn.relu(jax.random.normal(jax.random.PRNGKey(2), (FLAGS.batch, FLAGS.latents)))
   ks = [int(v) for v in FLAGS.top_k]
-  print(f"{'selection of the k-th largest':40s}{'iterative (s)':>14s}{'lax.top_k (s)':>14s}{'ratio':>8s}")
+  print(
+    f"{'selection of the k-th largest':40s}{'iterative (s)':>14s}"
+    f"{'lax.top_k (s)':>14s}{'ratio':>8s}"
+  )
   for k in ks:
     ours = jax.jit(lambda a, k=k: sae_lib.kth_largest(a, k, iterative=True))
     ref = jax.jit(lambda a, k=k: sae_lib.kth_largest(a, k, iterative=False))
-    t_ours, t_ref = best_time(lambda: ours(f), FLAGS.repeats), best_time(lambda: ref(f), FLAGS.repeats)
+    t_ours, t_ref = (
+      best_time(lambda: ours(f), FLAGS.repeats),
+      best_time(lambda: ref(f), FLAGS.repeats),
+    )
     print(f"{f'k={k}':40s}{t_ours:14.5f}{t_ref:14.5f}{t_ref / t_ours:7.2f}x")
   t_relu = best_time(_steps_fn(sae_lib.SAE(FLAGS.latents), x), FLAGS.repeats)
   print(f"{'training steps':40s}{'time (s)':>14s}{'/ ReLU':>14s}")

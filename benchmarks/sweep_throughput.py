@@ -1,15 +1,17 @@
 """A seed sweep as separate processes against the same seeds in one vmapped program.
 
-    python -m benchmarks.sweep_throughput                 # 8 seeds of the Fourier amplitude task (a few minutes)
+    python -m benchmarks.sweep_throughput # 8 seeds of the Fourier amplitude task (a few minutes)
 
-Both sides run ``experiments.fourier_phase`` on the amplitude task with the same flags, as a user would:
+Both sides run ``experiments.fourier_phase`` on the amplitude task with the same flags, as a user
+would:
 
-* **separate**: ``--members`` sweep members, each ``--num_seeds=1`` in its own process (what a naive sweep
-  over seeds does), through the local backend of ``launch.sweep``, ``--parallel=1`` and ``--parallel=2``;
+* **separate**: ``--members`` sweep members, each ``--num_seeds=1`` in its own process (what a naive
+  sweep over seeds does), through the local backend of ``launch.sweep``, ``--parallel=1`` and
+  ``--parallel=2``;
 * **vmapped**: one process with ``--num_seeds=<members>``, every seed in one compiled program.
 
-Wall times include process start, JAX import, compilation, training, evaluation and writing the results:
-the whole cost of a sweep. Reported side by side, with the ratio separate / vmapped.
+Wall times include process start, JAX import, compilation, training, evaluation and writing the
+results: the whole cost of a sweep. Reported side by side, with the ratio separate / vmapped.
 """
 
 import os
@@ -33,8 +35,13 @@ EXPERIMENT = "experiments.fourier_phase"
 
 
 def _common():
-  return {"tasks": "amplitude", "steps": FLAGS.steps, "log_every": FLAGS.steps // 4,
-          "checkpoint_every": FLAGS.steps, "eval_samples": 1024}
+  return {
+    "tasks": "amplitude",
+    "steps": FLAGS.steps,
+    "log_every": FLAGS.steps // 4,
+    "checkpoint_every": FLAGS.steps,
+    "eval_samples": 1024,
+  }
 
 
 def _timed(cmd, cwd):
@@ -51,16 +58,27 @@ def main(argv):
   with tempfile.TemporaryDirectory() as tmp:
     sweep = os.path.join(tmp, "sweep.py")
     with open(sweep, "w") as f:
-      f.write(f"EXPERIMENT = {EXPERIMENT!r}\n\ndef get_sweep():\n  return "
-              f"{[{**_common(), 'num_seeds': 1, 'seed': i} for i in range(n)]!r}\n")
+      f.write(
+        f"EXPERIMENT = {EXPERIMENT!r}\n\ndef get_sweep():\n  return "
+        f"{[{**_common(), 'num_seeds': 1, 'seed': i} for i in range(n)]!r}\n"
+      )
     rows = []
     for parallel in (1, 2):
-      cmd = [sys.executable, "-m", "launch.sweep", f"--sweep={sweep}", f"--root={os.path.join(tmp, f'p{parallel}')}",
-             f"--parallel={parallel}"]
+      cmd = [
+        sys.executable,
+        "-m",
+        "launch.sweep",
+        f"--sweep={sweep}",
+        f"--root={os.path.join(tmp, f'p{parallel}')}",
+        f"--parallel={parallel}",
+      ]
       rows.append((f"{n} processes, --parallel={parallel}", _timed(cmd, lib.ROOT_DIR)))
     member = lib.Member(EXPERIMENT, {**_common(), "num_seeds": n})
     vmapped = _timed(member.command(os.path.join(tmp, "vmapped")), lib.ROOT_DIR)
-  print(f"{EXPERIMENT} (amplitude task, {FLAGS.steps} steps per seed), {n} seeds, {os.cpu_count()} CPU cores")
+  print(
+    f"{EXPERIMENT} (amplitude task, {FLAGS.steps} steps per seed), {n} seeds, {os.cpu_count()} CPU "
+    "cores"
+  )
   print(f"{'':34s}{'wall (s)':>10s}{'separate / vmapped':>20s}")
   print(f"{'1 process, --num_seeds=' + str(n) + ' (vmapped)':34s}{vmapped:10.1f}")
   for name, t in rows:

@@ -1,6 +1,6 @@
 """Seeds in one vmapped program vs. the same jitted single-seed program called once per seed.
 
-    python -m benchmarks.train_throughput                 # 64 seeds, 2000 steps each (about a minute on 2 cores)
+    python -m benchmarks.train_throughput # 64 seeds, 2000 steps each (about a minute on 2 cores)
 
 Both sides run the identical compiled training chunk from mechjax.train.loop (lax.scan over steps,
 on-device data from the Fourier amplitude task, a two-layer tanh net); the baseline differs only in
@@ -14,7 +14,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from absl import flags
 
@@ -42,7 +41,8 @@ def matmul_peak(n=2048, repeats=5):
 
 
 def compare(problem, opt, keys, n, repeats):
-  """(seconds for the per-seed loop, seconds for the vmapped program) on identical compiled chunks."""
+  """(seconds for the per-seed loop, seconds for the vmapped program) on identical compiled
+  chunks."""
   state = jax.jit(jax.vmap(functools.partial(loop.init_state, problem, opt)))(keys)
   singles = [jax.tree.map(lambda x: x[i], state) for i in range(keys.shape[0])]
   vmapped = loop.make_chunk_fn(problem, opt, vmapped=True, donate=False)
@@ -54,34 +54,59 @@ def compare(problem, opt, keys, n, repeats):
 
 def main(argv):
   del argv
-  cfg = study.Config(tasks=("amplitude",), shape=(FLAGS.dim,), width=FLAGS.width, activation="tanh",
-                     batch_size=FLAGS.batch_size, eval_samples=2)
+  cfg = study.Config(
+    tasks=("amplitude",),
+    shape=(FLAGS.dim,),
+    width=FLAGS.width,
+    activation="tanh",
+    batch_size=FLAGS.batch_size,
+    eval_samples=2,
+  )
   full = study.make_problem(cfg, study.conditions(cfg)[0])
   online = loop.Problem(full.init, full.loss)  # train steps only: no evaluation in the timing
-  # The same network on one fixed batch: isolates what vmap does for the model from the data generation.
-  x_fixed, y_fixed = study.make_sampler(cfg, study.conditions(cfg)[0])(jax.random.PRNGKey(1), FLAGS.batch_size)
+  # The same network on one fixed batch: isolates what vmap does for the model from the data
+  # generation.
+  x_fixed, y_fixed = study.make_sampler(cfg, study.conditions(cfg)[0])(
+    jax.random.PRNGKey(1), FLAGS.batch_size
+  )
   model = TwoLayer(cfg.width, cfg.activation)
-  fixed = loop.Problem(full.init, lambda p, key: (jnp.mean(optax.sigmoid_binary_cross_entropy(
-      model.apply(p, x_fixed), y_fixed)), {}))
+  fixed = loop.Problem(
+    full.init,
+    lambda p, key: (
+      jnp.mean(optax.sigmoid_binary_cross_entropy(model.apply(p, x_fixed), y_fixed)),
+      {},
+    ),
+  )
   opt = optax.sgd(cfg.learning_rate)
   keys = loop.seed_keys(0, FLAGS.num_seeds)
   n = FLAGS.steps
-  # Model FLOPs: the two matmuls (forward 2·B·(N·W + W), backward twice that); data generation not counted.
+  # Model FLOPs: the two matmuls (forward 2·B·(N·W + W), backward twice that); data generation not
+  # counted.
   flops = 6.0 * FLAGS.batch_size * (FLAGS.dim * FLAGS.width + FLAGS.width) * FLAGS.num_seeds * n
   peak = matmul_peak()
   total = FLAGS.num_seeds * n
   device = jax.devices()[0]
   print(f"device: {device.platform} ({device.device_kind}), {jax.device_count()} device(s)")
-  print(f"problem: two-layer tanh net, N={FLAGS.dim}, width {FLAGS.width}, batch {FLAGS.batch_size}, "
-        f"{FLAGS.num_seeds} seeds x {n} steps; matmul peak {peak / 1e9:.1f} GFLOP/s")
-  print(f"{'data':22s}{'per-seed loop (s)':>19s}{'vmap (s)':>10s}{'speed-up':>10s}{'vmap GFLOP/s':>14s}{'of peak':>9s}")
+  print(
+    f"problem: two-layer tanh net, N={FLAGS.dim}, width {FLAGS.width}, batch {FLAGS.batch_size}, "
+    f"{FLAGS.num_seeds} seeds x {n} steps; matmul peak {peak / 1e9:.1f} GFLOP/s"
+  )
+  print(
+    f"{'data':22s}{'per-seed loop (s)':>19s}{'vmap (s)':>10s}{'speed-up':>10s}"
+    f"{'vmap GFLOP/s':>14s}{'of peak':>9s}"
+  )
   results = {}
   for name, problem in (("online (fresh batch)", online), ("one fixed batch", fixed)):
     t_loop, t_vmap = results[name] = compare(problem, opt, keys, n, FLAGS.repeats)
     rate = flops / t_vmap
-    print(f"{name:22s}{t_loop:19.3f}{t_vmap:10.3f}{t_loop / t_vmap:9.2f}x{rate / 1e9:14.1f}{rate / peak:9.1%}")
+    print(
+      f"{name:22s}{t_loop:19.3f}{t_vmap:10.3f}{t_loop / t_vmap:9.2f}x"
+      f"{rate / 1e9:14.1f}{rate / peak:9.1%}"
+    )
   t_online = results["online (fresh batch)"][1]
-  print(f"(online, vmapped: {total / t_online:,.0f} seed-steps/s; FLOPs count the model's matmuls only)")
+  print(
+    f"(online, vmapped: {total / t_online:,.0f} seed-steps/s; FLOPs count the model's matmuls only)"
+  )
 
 
 if __name__ == "__main__":

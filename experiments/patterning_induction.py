@@ -1,13 +1,14 @@
-"""Patterning induction heads: per-token susceptibilities of each attention head, PCA, and retraining on
-data re-weighted along the induction direction (promote / suppress), along a random direction of the same
-size (the control), or not at all.
+"""Patterning induction heads: per-token susceptibilities of each attention head, PCA, and
+retraining on data re-weighted along the induction direction (promote / suppress), along a random
+direction of the same size (the control), or not at all.
 
-    python -m experiments.patterning_induction              # CPU defaults: 4 seeds × 4 conditions, ~15 min
+    python -m experiments.patterning_induction # CPU defaults: 4 seeds × 4 conditions, ~15 min
     python -m experiments.patterning_induction --chi_step=400 --strength=0.8
 
-Writes config.json, metrics.jsonl, susceptibility.npz, summary.json and figures/induction_{susceptibility,
-formation}.png to --workdir (default runs/patterning_induction). See mechjax/studies/patterning_induction.py.
-The settings and their flags: mechjax/studies/patterning_induction.py (Config); `--help` lists them.
+Writes config.json, metrics.jsonl, susceptibility.npz, summary.json and
+figures/induction_{susceptibility, formation}.png to --workdir (default runs/patterning_induction).
+See mechjax/studies/patterning_induction.py. The settings and their flags:
+mechjax/studies/patterning_induction.py (Config); `--help` lists them.
 """
 
 from mechjax.studies import patterning_induction

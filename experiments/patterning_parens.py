@@ -1,11 +1,13 @@
-"""Patterning on parenthesis balancing: does a susceptibility-based data re-weighting select the algorithm?
+"""Patterning on parenthesis balancing: does a susceptibility-based data re-weighting select the
+algorithm?
 
-    python -m experiments.patterning_parens                 # CPU defaults: 8 seeds × 3 conditions, ~13 min
-    python -m experiments.patterning_parens --chi_step=100 --ridge=1e-3
+    python -m experiments.patterning_parens # CPU defaults: 8 seeds × 3 conditions, ~13 min python
+    -m experiments.patterning_parens --chi_step=100 --ridge=1e-3
 
-Writes config.json, metrics.jsonl, patterning.json, summary.json and figures/patterning_parens.png to
---workdir (default runs/patterning_parens). See mechjax/studies/patterning_parens.py for the stages.
-The settings and their flags: mechjax/studies/patterning_parens.py (Config); `--help` lists them.
+Writes config.json, metrics.jsonl, patterning.json, summary.json and figures/patterning_parens.png
+to --workdir (default runs/patterning_parens). See mechjax/studies/patterning_parens.py for the
+stages. The settings and their flags: mechjax/studies/patterning_parens.py (Config); `--help` lists
+them.
 """
 
 from mechjax.studies import patterning_parens

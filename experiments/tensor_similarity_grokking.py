@@ -1,13 +1,14 @@
 """Tensor similarity across grokking: modular addition with a bilinear network.
 
-    python -m experiments.tensor_similarity_grokking               # CPU defaults: 4 seeds, 3 min 49 s on 2 cores
+    python -m experiments.tensor_similarity_grokking # CPU defaults: 4 seeds, 3 min 49 s on 2 cores
     python -m experiments.tensor_similarity_grokking --p=59 --steps=8000
 
-Trains Bilinear(2P → 64) → Linear(64 → P) on a 30% split of all (a, b) pairs with AdamW (weight decay
-0.3), saving checkpoints on a power schedule, then compares every pair of checkpoints by tensor
-similarity, logit cosine on all P² inputs, weight cosine and CKA. Writes config.json, metrics.jsonl,
-summary.json, similarity.npz and figures/*.png to --workdir (default runs/tensor_similarity_grokking).
-The settings and their flags: mechjax/studies/tensor_grokking.py (Config); `--help` lists them.
+Trains Bilinear(2P → 64) → Linear(64 → P) on a 30% split of all (a, b) pairs with AdamW (weight
+decay 0.3), saving checkpoints on a power schedule, then compares every pair of checkpoints by
+tensor similarity, logit cosine on all P² inputs, weight cosine and CKA. Writes config.json,
+metrics.jsonl, summary.json, similarity.npz and figures/*.png to --workdir (default
+runs/tensor_similarity_grokking). The settings and their flags: mechjax/studies/tensor_grokking.py
+(Config); `--help` lists them.
 """
 
 from mechjax.studies import tensor_grokking

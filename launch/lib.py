@@ -1,20 +1,22 @@
-"""Sweeps: a list of flag dicts for one experiment, run as separate processes, aggregated into one table.
+"""Sweeps: a list of flag dicts for one experiment, run as separate processes, aggregated into one
+table.
 
 A sweep file (``launch/sweeps/<name>.py``) defines
 
 * ``EXPERIMENT``: the module of an experiment, e.g. ``"experiments.fourier_phase"``;
 * ``get_sweep()``: a list of flag dicts for it, e.g. ``product(seed=[0, 1], alpha=[0.0, 2.0])``;
-* optionally ``FIGURE = {"x": <flag>, "y": <summary key>}``: plot that summary value against that flag;
-* optionally ``OUTPUT_FLAG`` (default ``"workdir"``) and ``DONE_FILE`` (default ``"summary.json"``) for
-  modules with another contract, such as ``theory.phase_sample_complexity`` (``--out``, ``result.json``).
-  With ``OUTPUT_FLAG = None`` (a theory check that only prints), the launcher records the exit status and
-  the PASS/FAIL verdict in ``ROOT/<id>/launch_result.json``.
+* optionally ``FIGURE = {"x": <flag>, "y": <summary key>}``: plot that summary value against that
+  flag;
+* optionally ``OUTPUT_FLAG`` (default ``"workdir"``) and ``DONE_FILE`` (default ``"summary.json"``)
+  for modules with another contract, such as ``theory.phase_sample_complexity`` (``--out``,
+  ``result.json``). With ``OUTPUT_FLAG = None`` (a theory check that only prints), the launcher
+  records the exit status and the PASS/FAIL verdict in ``ROOT/<id>/launch_result.json``.
 
-Each member runs as ``python -m EXPERIMENT --flag=value ... --workdir=ROOT/<id>``, where ``<id>`` is a
-stable hash of the experiment and its flags, so the same member always lands in the same folder. The
-experiments already resume an unfinished workdir and skip a finished one (``summary.json``), which is
-what makes a sweep re-runnable: finished members are skipped, interrupted ones resume from their
-checkpoints. Logs go to ``ROOT/logs/<id>.log``; ``ROOT/sweep.json`` lists the members.
+Each member runs as ``python -m EXPERIMENT --flag=value ... --workdir=ROOT/<id>``, where ``<id>`` is
+a stable hash of the experiment and its flags, so the same member always lands in the same folder.
+The experiments already resume an unfinished workdir and skip a finished one (``summary.json``),
+which is what makes a sweep re-runnable: finished members are skipped, interrupted ones resume from
+their checkpoints. Logs go to ``ROOT/logs/<id>.log``; ``ROOT/sweep.json`` lists the members.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ import time
 from typing import Any, Callable, Iterable
 
 STATES = ("pending", "running", "done", "failed")
-LAUNCH_RESULT = "launch_result.json"  # written by the launcher for modules that write nothing themselves
+LAUNCH_RESULT = (
+  "launch_result.json"  # written by the launcher for modules that write nothing themselves
+)
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -43,7 +47,7 @@ class SweepError(ValueError):
   """A sweep file or its members are malformed; the message names the file and the member."""
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # Building sweeps.
 
 
@@ -58,7 +62,9 @@ def zipped(**axes: Iterable[Any]) -> list[dict[str, Any]]:
   """Axes advanced together: ``zipped(a=[1, 2], b=[3, 4])`` → ``[{a: 1, b: 3}, {a: 2, b: 4}]``."""
   values = [list(v) for v in axes.values()]
   if len({len(v) for v in values}) > 1:
-    raise SweepError(f"zipped axes must have equal lengths; got {dict(zip(axes, map(len, values)))}")
+    raise SweepError(
+      f"zipped axes must have equal lengths; got {dict(zip(axes, map(len, values)))}"
+    )
   return [dict(zip(axes, combo)) for combo in zip(*values)]
 
 
@@ -67,7 +73,7 @@ def with_all(members: list[dict[str, Any]], **fixed: Any) -> list[dict[str, Any]
   return [{**fixed, **m} for m in members]
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # Members.
 
 
@@ -75,7 +81,9 @@ def with_all(members: list[dict[str, Any]], **fixed: Any) -> list[dict[str, Any]
 class Member:
   experiment: str
   flags: dict[str, Any]
-  output_flag: str | None = "workdir"  # the flag that gets ROOT/<id>; None: the module writes nothing
+  output_flag: str | None = (
+    "workdir"  # the flag that gets ROOT/<id>; None: the module writes nothing
+  )
   done_file: str = "summary.json"  # in ROOT/<id>: present once the member has finished
 
   @property
@@ -102,7 +110,8 @@ def flag_arg(name: str, value: Any) -> str:
 
 
 def load_sweep(path: str) -> tuple[str, list[Member], dict | None]:
-  """``(EXPERIMENT, members, FIGURE)`` of the sweep file at ``path``; SweepError if it is malformed."""
+  """``(EXPERIMENT, members, FIGURE)`` of the sweep file at ``path``; SweepError if it is
+  malformed."""
   if not os.path.isfile(path):
     raise SweepError(f"--sweep={path}: no such file; sweep files live in launch/sweeps/<name>.py")
   spec = importlib.util.spec_from_file_location(f"_sweep_{abs(hash(os.path.abspath(path)))}", path)
@@ -110,37 +119,54 @@ def load_sweep(path: str) -> tuple[str, list[Member], dict | None]:
   spec.loader.exec_module(module)
   experiment = getattr(module, "EXPERIMENT", None)
   if not isinstance(experiment, str) or not experiment:
-    raise SweepError(f"{path}: EXPERIMENT must be an experiment module name such as 'experiments.fourier_phase'")
+    raise SweepError(
+      f"{path}: EXPERIMENT must be an experiment module name such as 'experiments.fourier_phase'"
+    )
   if importlib.util.find_spec(experiment) is None:
     raise SweepError(f"{path}: EXPERIMENT = {experiment!r} is not an importable module")
   output_flag = getattr(module, "OUTPUT_FLAG", "workdir")
-  done_file = getattr(module, "DONE_FILE", "summary.json" if output_flag == "workdir" else LAUNCH_RESULT)
+  done_file = getattr(
+    module, "DONE_FILE", "summary.json" if output_flag == "workdir" else LAUNCH_RESULT
+  )
   if output_flag is not None and (not isinstance(output_flag, str) or not output_flag):
-    raise SweepError(f"{path}: OUTPUT_FLAG must be a flag name (the member's folder) or None; got {output_flag!r}")
+    raise SweepError(
+      f"{path}: OUTPUT_FLAG must be a flag name (the member's folder) or None; got {output_flag!r}"
+    )
   if not isinstance(done_file, str) or not done_file or os.sep in done_file:
     raise SweepError(f"{path}: DONE_FILE must be a file name; got {done_file!r}")
   if not callable(getattr(module, "get_sweep", None)):
     raise SweepError(f"{path}: define get_sweep() returning a list of flag dicts for {experiment}")
   raw = module.get_sweep()
   if not isinstance(raw, list) or not raw:
-    raise SweepError(f"{path}: get_sweep() must return a non-empty list of flag dicts; got {type(raw).__name__}")
+    raise SweepError(
+      f"{path}: get_sweep() must return a non-empty list of flag dicts; got {type(raw).__name__}"
+    )
   members = []
   for i, flags in enumerate(raw):
     if not isinstance(flags, dict) or not all(isinstance(k, str) and k for k in flags):
       raise SweepError(f"{path}: member {i} must be a dict of flag names to values; got {flags!r}")
     owned = {"workdir", "overwrite"} | ({output_flag} if output_flag else set())
     if owned & set(flags):
-      raise SweepError(f"{path}: member {i} sets --{sorted(owned & set(flags))[0]}; the launcher owns "
-                       f"{', '.join('--' + o for o in sorted(owned))} (each member's folder is ROOT/<hash of its flags>)")
+      raise SweepError(
+        f"{path}: member {i} sets --{sorted(owned & set(flags))[0]}; the launcher owns "
+        f"{', '.join('--' + o for o in sorted(owned))} (each member's folder is ROOT/<hash of its "
+        "flags>)"
+      )
     for k, v in flags.items():
-      if not isinstance(v, (str, int, float, bool, list, tuple)) or (isinstance(v, float) and not math.isfinite(v)):
-        raise SweepError(f"{path}: member {i}, flag {k!r}: {v!r} is not a string, number, bool or list")
+      if not isinstance(v, (str, int, float, bool, list, tuple)) or (
+        isinstance(v, float) and not math.isfinite(v)
+      ):
+        raise SweepError(
+          f"{path}: member {i}, flag {k!r}: {v!r} is not a string, number, bool or list"
+        )
     members.append(Member(experiment, dict(flags), output_flag, done_file))
   ids = [m.id for m in members]
   dup = sorted({x for x in ids if ids.count(x) > 1})
   if dup:
     first = next(m for m in members if m.id == dup[0])
-    raise SweepError(f"{path}: the same member appears twice ({first.flags}); each member must differ")
+    raise SweepError(
+      f"{path}: the same member appears twice ({first.flags}); each member must differ"
+    )
   figure = getattr(module, "FIGURE", None)
   if figure is not None and (not isinstance(figure, dict) or set(figure) != {"x", "y"}):
     raise SweepError(f"{path}: FIGURE must be {{'x': <flag>, 'y': <summary key>}}; got {figure!r}")
@@ -152,8 +178,8 @@ def member_state(root: str, member: Member) -> str:
 
 
 def record_result(root: str, member: Member, log_path: str) -> None:
-  """For a module that writes nothing (a theory check): ``ROOT/<id>/launch_result.json`` with its verdict
-  (the last PASS or FAIL line it printed) and the end of its output."""
+  """For a module that writes nothing (a theory check): ``ROOT/<id>/launch_result.json`` with its
+  verdict (the last PASS or FAIL line it printed) and the end of its output."""
   os.makedirs(os.path.join(root, member.id), exist_ok=True)
   text = tail(log_path, 40)
   verdicts = [line.strip() for line in text.splitlines() if line.strip() in ("PASS", "FAIL")]
@@ -177,14 +203,16 @@ def write_manifest(root: str, experiment: str, members: list[Member]) -> None:
   os.replace(tmp, path)
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # The local backend.
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-  """Linux: the member gets SIGTERM if the launcher dies, even by SIGKILL (no orphans on the workdir)."""
+  """Linux: the member gets SIGTERM if the launcher dies, even by SIGKILL (no orphans on the
+  workdir)."""
   try:
     import ctypes
+
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
   except (OSError, AttributeError):
     pass
@@ -209,18 +237,28 @@ def tail(path: str, lines: int) -> str:
 
 def status_table(members: list[Member], states: dict[str, str]) -> str:
   counts = " | ".join(f"{s} {sum(v == s for v in states.values())}" for s in STATES)
-  rows = [f"  {m.id}  {states[m.id]:8s} {' '.join(flag_arg(k, v) for k, v in sorted(m.flags.items()))}"
-          for m in members]
+  rows = [
+    f"  {m.id}  {states[m.id]:8s} {' '.join(flag_arg(k, v) for k, v in sorted(m.flags.items()))}"
+    for m in members
+  ]
   return "\n".join([f"sweep: {counts}", *rows])
 
 
-def run_local(members: list[Member], root: str, *, parallel: int = 1, tail_lines: int = 20,
-              poll: float = 0.2, print_fn: Callable[[str], None] = print) -> dict[str, str]:
-  """Runs the members as subprocesses, at most ``parallel`` at a time; returns ``{id: final state}``.
+def run_local(
+  members: list[Member],
+  root: str,
+  *,
+  parallel: int = 1,
+  tail_lines: int = 20,
+  poll: float = 0.2,
+  print_fn: Callable[[str], None] = print,
+) -> dict[str, str]:
+  """Runs the members as subprocesses, at most ``parallel`` at a time; returns ``{id: final
+  state}``.
 
-  Finished members (``summary.json``) are skipped; a member whose previous launcher is still alive (its
-  pid file) is left to it and reported failed here. A member that exits non-zero is marked failed and
-  the end of its log is printed; the others go on.
+  Finished members (``summary.json``) are skipped; a member whose previous launcher is still alive
+  (its pid file) is left to it and reported failed here. A member that exits non-zero is marked
+  failed and the end of its log is printed; the others go on.
   """
   logs = os.path.join(root, "logs")
   os.makedirs(logs, exist_ok=True)
@@ -228,7 +266,10 @@ def run_local(members: list[Member], root: str, *, parallel: int = 1, tail_lines
   queue = [m for m in members if states[m.id] == "pending"]
   running: dict[str, tuple[subprocess.Popen, Any, Member]] = {}
   print_fn(status_table(members, states))
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT_DIR, os.environ.get("PYTHONPATH")]))}
+  env = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [ROOT_DIR, os.environ.get("PYTHONPATH")])),
+  }
 
   def stop_all(signum, frame):  # pragma: no cover - exercised by killing the launcher
     for proc, _, _ in running.values():
@@ -251,8 +292,14 @@ def run_local(members: list[Member], root: str, *, parallel: int = 1, tail_lines
         log = open(os.path.join(logs, f"{m.id}.log"), "a")
         log.write(f"$ {shlex.join(m.command(root))}\n")
         log.flush()
-        proc = subprocess.Popen(m.command(root), cwd=ROOT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        proc = subprocess.Popen(
+          m.command(root),
+          cwd=ROOT_DIR,
+          env=env,
+          stdout=log,
+          stderr=subprocess.STDOUT,
+          preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
         with open(pid_path, "w") as f:
           f.write(str(os.getpid()))
         running[m.id] = (proc, log, m)
@@ -274,8 +321,13 @@ def run_local(members: list[Member], root: str, *, parallel: int = 1, tail_lines
         else:
           states[mid] = "failed"
           why = f"exit status {rc}" if rc != 0 else f"exit status 0 but no {m.done_file}"
-          print_fn(f"{mid}: failed ({why}); last lines of {os.path.join(logs, mid + '.log')}:\n"
-                   + "\n".join("    " + line for line in tail(os.path.join(logs, f"{mid}.log"), tail_lines).splitlines()))
+          print_fn(
+            f"{mid}: failed ({why}); last lines of {os.path.join(logs, mid + '.log')}:\n"
+            + "\n".join(
+              "    " + line
+              for line in tail(os.path.join(logs, f"{mid}.log"), tail_lines).splitlines()
+            )
+          )
   finally:
     if old is not None:
       signal.signal(signal.SIGTERM, old)
@@ -285,10 +337,11 @@ def run_local(members: list[Member], root: str, *, parallel: int = 1, tail_lines
 
 def _is_main_thread() -> bool:
   import threading
+
   return threading.current_thread() is threading.main_thread()
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # Aggregation.
 
 
@@ -300,13 +353,18 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
       out.update(flatten(v, f"{prefix}{k}."))
   elif isinstance(tree, (int, float, str, bool)) or tree is None:
     out[prefix[:-1]] = tree
-  elif isinstance(tree, list) and all(isinstance(x, (int, float, str, bool)) or x is None for x in tree):
+  elif isinstance(tree, list) and all(
+    isinstance(x, (int, float, str, bool)) or x is None for x in tree
+  ):
     out[prefix[:-1]] = json.dumps(tree)
   return out
 
 
-def aggregate(root: str, members: list[Member], states: dict[str, str], figure: dict | None = None) -> list[dict]:
-  """``ROOT/results.csv`` and ``ROOT/results.json``: one row per member (flags, state, flattened summary)."""
+def aggregate(
+  root: str, members: list[Member], states: dict[str, str], figure: dict | None = None
+) -> list[dict]:
+  """``ROOT/results.csv`` and ``ROOT/results.json``: one row per member (flags, state, flattened
+  summary)."""
   rows = []
   for m in members:
     row = {"id": m.id, "experiment": m.experiment, "state": states.get(m.id, member_state(root, m))}
@@ -330,16 +388,23 @@ def aggregate(root: str, members: list[Member], states: dict[str, str], figure: 
 
 
 def plot_results(root: str, rows: list[dict], figure: dict) -> str | None:
-  """``ROOT/results.png``: summary value ``figure["y"]`` against flag ``figure["x"]``, one line per setting
-  of the other flags. Returns the path, or None when no finished member has both."""
+  """``ROOT/results.png``: summary value ``figure["y"]`` against flag ``figure["x"]``, one line per
+  setting of the other flags. Returns the path, or None when no finished member has both."""
   from mechjax import plotting  # local: matplotlib only when a figure is asked for
+
   x_key, y_key = f"flag.{figure['x']}", figure["y"]
-  done = [r for r in rows if r["state"] == "done" and x_key in r and isinstance(r.get(y_key), (int, float))]
+  done = [
+    r
+    for r in rows
+    if r["state"] == "done" and x_key in r and isinstance(r.get(y_key), (int, float))
+  ]
   if not done:
     return None
   groups: dict[str, list[tuple[float, float]]] = {}
   for r in done:
-    rest = ", ".join(f"{k[5:]}={v}" for k, v in sorted(r.items()) if k.startswith("flag.") and k != x_key)
+    rest = ", ".join(
+      f"{k[5:]}={v}" for k, v in sorted(r.items()) if k.startswith("flag.") and k != x_key
+    )
     groups.setdefault(rest or "all", []).append((r[x_key], r[y_key]))
   plt = plotting.plt
   fig, ax = plt.subplots(figsize=(6, 4))

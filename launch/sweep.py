@@ -1,15 +1,17 @@
 """Run a sweep: every member of a sweep file, locally, on a Cloud TPU VM, or as a SLURM job array.
 
-    python -m launch.sweep --sweep=launch/sweeps/tensor_similarity_backdoor.py --root=sweeps/backdoor --parallel=2
-    python -m launch.sweep --sweep=launch/sweeps/fourier_phase.py --root=sweeps/fp --backend=tpu_vm \\
+    python -m launch.sweep --sweep=launch/sweeps/tensor_similarity_backdoor.py
+    --root=sweeps/backdoor --parallel=2 python -m launch.sweep
+    --sweep=launch/sweeps/fourier_phase.py --root=sweeps/fp --backend=tpu_vm \\
         --tpu_name=my-v5e-16 --zone=us-west4-a --repo=https://github.com/ORG/mechjax.git --dry_run
-    python -m launch.sweep --sweep=launch/sweeps/polymorphism.py --root=/shared/sweeps/poly --backend=slurm \\
+    python -m launch.sweep --sweep=launch/sweeps/polymorphism.py --root=/shared/sweeps/poly
+    --backend=slurm \\
         --partition=gpu --gpus_per_node=1 --dry_run
 
-Each member's workdir is ``ROOT/<stable hash of its flags>``. Running the same command again skips the
-finished members and resumes the interrupted ones from their checkpoints. At the end (local backend)
-``ROOT/results.csv`` and ``ROOT/results.json`` hold one row per member: its flags, its state and its
-flattened ``summary.json``. The exit status is 1 when any member failed.
+Each member's workdir is ``ROOT/<stable hash of its flags>``. Running the same command again skips
+the finished members and resumes the interrupted ones from their checkpoints. At the end (local
+backend) ``ROOT/results.csv`` and ``ROOT/results.json`` hold one row per member: its flags, its
+state and its flattened ``summary.json``. The exit status is 1 when any member failed.
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ from mechjax.train import flags as shared
 BACKENDS = ("local", "tpu_vm", "slurm")
 
 flags.DEFINE_string("sweep", None, "Path of a sweep file (launch/sweeps/<name>.py).")
-flags.DEFINE_string("root", None, "Folder of the sweep: one workdir per member, logs/, results.csv and results.json.")
+flags.DEFINE_string(
+  "root", None, "Folder of the sweep: one workdir per member, logs/, results.csv and results.json."
+)
 flags.DEFINE_enum("backend", "local", BACKENDS, "Where the members run.")
 flags.DEFINE_integer("parallel", 1, "Local backend: members running at once.")
-flags.DEFINE_bool("dry_run", False, "Print the commands (and the state of each member) without running anything.")
+flags.DEFINE_bool(
+  "dry_run", False, "Print the commands (and the state of each member) without running anything."
+)
 flags.DEFINE_integer("tail_lines", 20, "Lines of a failed member's log to print.")
 flags.DEFINE_string("tpu_name", None, "tpu_vm: the TPU VM (or pod slice) name.")
 flags.DEFINE_string("zone", None, "tpu_vm: its zone, e.g. us-west4-a.")
@@ -43,8 +49,12 @@ flags.DEFINE_integer("timeout_min", 240, "slurm: time limit per member, in minut
 flags.DEFINE_integer("gpus_per_node", 1, "slurm: GPUs per member.")
 flags.DEFINE_integer("cpus_per_task", 8, "slurm: CPUs per member.")
 flags.DEFINE_integer("array_parallelism", 64, "slurm: array tasks running at once.")
-flags.DEFINE_enum("slurm_executor", "slurm", ("slurm", "local", "debug"),
-                  "slurm: submitit's executor; local and debug run the array on this machine, without a cluster.")
+flags.DEFINE_enum(
+  "slurm_executor",
+  "slurm",
+  ("slurm", "local", "debug"),
+  "slurm: submitit's executor; local and debug run the array on this machine, without a cluster.",
+)
 flags.mark_flags_as_required(["sweep", "root"])
 shared.positive_int("parallel")
 shared.positive_int("tail_lines")
@@ -56,7 +66,9 @@ FLAGS = flags.FLAGS
 
 
 def _tpu_args_or_exit():
-  missing = [n for n in ("tpu_name", "zone") + (() if FLAGS.skip_setup else ("repo",)) if not FLAGS[n].value]
+  missing = [
+    n for n in ("tpu_name", "zone") + (() if FLAGS.skip_setup else ("repo",)) if not FLAGS[n].value
+  ]
   if missing:
     print("error: --backend=tpu_vm needs " + ", ".join(f"--{n}" for n in missing), file=sys.stderr)
     sys.exit(2)
@@ -82,12 +94,13 @@ def main(argv):
         print(shlex.join(m.command(root)))
       return
     import os
+
     os.makedirs(root, exist_ok=True)
     lib.write_manifest(root, experiment, members)
     states = lib.run_local(members, root, parallel=FLAGS.parallel, tail_lines=FLAGS.tail_lines)
     lib.aggregate(root, members, states, figure)
     failed = [mid for mid, s in states.items() if s != "done"]
-    print(f"wrote {root}/results.csv and results.json" + (f" and results.png" if figure else ""))
+    print(f"wrote {root}/results.csv and results.json" + (" and results.png" if figure else ""))
     if failed:
       print(f"{len(failed)} member(s) failed: {', '.join(failed)}", file=sys.stderr)
       sys.exit(1)
@@ -95,15 +108,27 @@ def main(argv):
 
   if FLAGS.backend == "tpu_vm":
     _tpu_args_or_exit()
-    commands = [] if FLAGS.skip_setup else [tpu_vm.setup_command(FLAGS.tpu_name, FLAGS.zone, FLAGS.repo,
-                                                                  project=FLAGS.project, directory=FLAGS.remote_dir)]
-    commands += [tpu_vm.run_command(m, root, FLAGS.tpu_name, FLAGS.zone, project=FLAGS.project,
-                                    directory=FLAGS.remote_dir) for m in members]
+    commands = (
+      []
+      if FLAGS.skip_setup
+      else [
+        tpu_vm.setup_command(
+          FLAGS.tpu_name, FLAGS.zone, FLAGS.repo, project=FLAGS.project, directory=FLAGS.remote_dir
+        )
+      ]
+    )
+    commands += [
+      tpu_vm.run_command(
+        m, root, FLAGS.tpu_name, FLAGS.zone, project=FLAGS.project, directory=FLAGS.remote_dir
+      )
+      for m in members
+    ]
     if FLAGS.dry_run:
       for c in commands:
         print(shlex.join(c))
       return
     import subprocess
+
     failed = 0
     for c in commands:
       print(f"$ {shlex.join(c)}", flush=True)
@@ -115,9 +140,14 @@ def main(argv):
           sys.exit(1)  # nothing can run without the setup
     sys.exit(1 if failed else 0)
 
-  params = slurm.parameters(partition=FLAGS.partition, timeout_min=FLAGS.timeout_min,
-                            gpus_per_node=FLAGS.gpus_per_node, cpus_per_task=FLAGS.cpus_per_task,
-                            array_parallelism=FLAGS.array_parallelism, job_name=f"mechjax-{experiment.split('.')[-1]}")
+  params = slurm.parameters(
+    partition=FLAGS.partition,
+    timeout_min=FLAGS.timeout_min,
+    gpus_per_node=FLAGS.gpus_per_node,
+    cpus_per_task=FLAGS.cpus_per_task,
+    array_parallelism=FLAGS.array_parallelism,
+    job_name=f"mechjax-{experiment.split('.')[-1]}",
+  )
   pending = [m for m in members if lib.member_state(root, m) != "done"]
   if FLAGS.dry_run:
     print(slurm.describe(pending, root, params))
@@ -135,7 +165,10 @@ def main(argv):
         except Exception as e:  # submitit re-raises the task's error
           failed += 1
           print(f"error: {e}", file=sys.stderr)
-      states = {m.id: lib.member_state(root, m) if lib.member_state(root, m) == "done" else "failed" for m in members}
+      states = {
+        m.id: lib.member_state(root, m) if lib.member_state(root, m) == "done" else "failed"
+        for m in members
+      }
       lib.aggregate(root, members, states, figure)
       sys.exit(1 if failed else 0)
 

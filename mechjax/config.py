@@ -1,9 +1,10 @@
-"""Settings as frozen dataclasses: each setting is defined once, with its default, help text and check.
+"""Settings as frozen dataclasses: each setting is defined once, with its default, help text and
+check.
 
 A study's ``Config`` is such a dataclass, and its experiment's absl flags are generated from it
-(:func:`mechjax.train.flags.define`). A setting added to the ``Config`` is therefore a flag, with the
-same default, help and check, and a value that the check refuses raises the same :class:`ConfigError`
-from ``Config(...)`` in Python as the one-line error the command line prints::
+(:func:`mechjax.train.flags.define`). A setting added to the ``Config`` is therefore a flag, with
+the same default, help and check, and a value that the check refuses raises the same
+:class:`ConfigError` from ``Config(...)`` in Python as the one-line error the command line prints::
 
     @dataclasses.dataclass(frozen=True)
     class Config(config.Settings):
@@ -14,16 +15,16 @@ from ``Config(...)`` in Python as the one-line error the command line prints::
         ...
 
 Kinds of setting: ``int``, ``float``, ``bool``, ``str`` (``choices=`` makes it an enum),
-``tuple[int | float | str, ...]`` (comma-separated on the command line; ``tuple[float, float]`` fixes
-the length), ``X | None`` (``unset=`` names the command-line value that means None), and nested
-:class:`Settings` groups (:func:`group`). A group's settings become flags of their own names, or of the
-names its ``flags=`` mapping gives them, so one concept has one name in code (``cfg.sgld.num_chains``)
-while each experiment keeps its flag (``--chains``, ``--llc_chains``).
+``tuple[int | float | str, ...]`` (comma-separated on the command line; ``tuple[float, float]``
+fixes the length), ``X | None`` (``unset=`` names the command-line value that means None), and
+nested :class:`Settings` groups (:func:`group`). A group's settings become flags of their own names,
+or of the names its ``flags=`` mapping gives them, so one concept has one name in code
+(``cfg.sgld.num_chains``) while each experiment keeps its flag (``--chains``, ``--llc_chains``).
 
-Every setting has a *flat key*: its flag name, or its dotted path (``sgld.mala``) when no flag exposes
-it. :meth:`Settings.to_flat` and :meth:`Settings.from_flat` convert a config to and from the flat
-dict that ``config.json`` holds, and :meth:`Settings.replace` overrides settings by flat key, which
-is how tests shrink a study's one default config.
+Every setting has a *flat key*: its flag name, or its dotted path (``sgld.mala``) when no flag
+exposes it. :meth:`Settings.to_flat` and :meth:`Settings.from_flat` convert a config to and from the
+flat dict that ``config.json`` holds, and :meth:`Settings.replace` overrides settings by flat key,
+which is how tests shrink a study's one default config.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def _show(value: Any) -> str:
   return repr(value) if isinstance(value, str) else str(value)
 
 
-# ----------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # Declaring settings.
 
 
@@ -86,8 +87,15 @@ class _Meta:
   flags: Mapping[str, str] | None = None
 
 
-def setting(default: Any, help: str, *, check: Check | None = None, flag: str | None = None,  # noqa: A002
-            choices: Sequence[str] | None = None, unset: Any = None) -> Any:
+def setting(
+  default: Any,
+  help: str,
+  *,
+  check: Check | None = None,
+  flag: str | None = None,  # noqa: A002
+  choices: Sequence[str] | None = None,
+  unset: Any = None,
+) -> Any:
   """A dataclass field for one setting.
 
   Args:
@@ -107,7 +115,8 @@ def setting(default: Any, help: str, *, check: Check | None = None, flag: str | 
   return dataclasses.field(default=default, metadata={_META: meta})
 
 
-def group(default: Settings, *, help: str = "", flags: Mapping[str, str] | None = None) -> Any:  # noqa: A002
+# noqa: A002
+def group(default: Settings, *, help: str = "", flags: Mapping[str, str] | None = None) -> Any:
   """A dataclass field holding a nested :class:`Settings` group.
 
   ``flags`` maps the group's field names to this study's flag names; fields it leaves out are not
@@ -117,15 +126,20 @@ def group(default: Settings, *, help: str = "", flags: Mapping[str, str] | None 
   return dataclasses.field(default=default, metadata={_META: _Meta(help, group=True, flags=flags)})
 
 
-# ----------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # Checks: each returns None for an acceptable value, else the text of what is expected.
 
 
 def at_least(lo: float) -> Check:
   def check(v):
     if v is None or not v >= lo:
-      return f"must be an integer >= {lo}" if isinstance(lo, int) and isinstance(v, int) else f"must be >= {lo}"
+      return (
+        f"must be an integer >= {lo}"
+        if isinstance(lo, int) and isinstance(v, int)
+        else f"must be >= {lo}"
+      )
     return None
+
   return check
 
 
@@ -145,6 +159,7 @@ def within(lo: float, hi: float, *, low_open: bool = True, high_open: bool = Tru
     above = v > lo if low_open else v >= lo
     below = v < hi if high_open else v <= hi
     return None if above and below else text
+
   return check
 
 
@@ -166,27 +181,31 @@ def distinct(v) -> str | None:
 
 def each(item_check: Check) -> Check:
   """A check of every value of a list setting."""
+
   def check(values):
     for v in values:
       msg = item_check(v)
       if msg:
         return f"every value {msg} (got {_show(v)})"
     return None
+
   return check
 
 
 def all_of(*checks: Check) -> Check:
   """The first refusal among ``checks``."""
+
   def check(v):
     for c in checks:
       msg = c(v)
       if msg:
         return msg
     return None
+
   return check
 
 
-# ----------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # Types.
 
 
@@ -224,7 +243,8 @@ def _kind(tp, where: str) -> _Kind:
 
 
 def _coerce_scalar(tp: type, v: Any) -> Any:
-  """``v`` as ``tp``, or raises ValueError. Strings are parsed (command-line and old config values)."""
+  """``v`` as ``tp``, or raises ValueError. Strings are parsed (command-line and old config
+  values)."""
   if tp is bool:
     if isinstance(v, bool) or type(v).__name__ == "bool_":
       return bool(v)
@@ -273,16 +293,17 @@ def _coerce(kind: _Kind, v: Any) -> Any:
   return out
 
 
-# ----------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # The base class.
 
 
 class Settings:
-  """Base of every settings dataclass (decorate subclasses with ``@dataclasses.dataclass(frozen=True)``).
+  """Base of every settings dataclass (decorate subclasses with
+  ``@dataclasses.dataclass(frozen=True)``).
 
-  On construction each field is converted to its declared type (lists become tuples, ints become floats
-  where a float is declared) and checked; then :meth:`validate` checks combinations. Any refusal is a
-  :class:`ConfigError` that names the setting and what it accepts.
+  On construction each field is converted to its declared type (lists become tuples, ints become
+  floats where a float is declared) and checked; then :meth:`validate` checks combinations. Any
+  refusal is a :class:`ConfigError` that names the setting and what it accepts.
   """
 
   def __post_init__(self):
@@ -313,7 +334,8 @@ class Settings:
   def validate(self) -> None:
     """Checks that involve several settings; raise :class:`ConfigError` naming them."""
 
-  # --- flat keys -------------------------------------------------------------------------------------
+  # --- flat keys
+  # ----------------------------------------------------------------------------------------------
 
   def to_flat(self) -> dict[str, Any]:
     """``{flat key: value}`` for every setting (tuples as lists): what ``config.json`` holds."""
@@ -327,13 +349,16 @@ class Settings:
 
   @classmethod
   def from_flat(cls, values: Mapping[str, Any], base: Settings | None = None):
-    """A config from flat keys (flag names or dotted paths); settings not named keep ``base``'s values
-    (the defaults when ``base`` is None). A :class:`ConfigError` names settings by flat key."""
+    """A config from flat keys (flag names or dotted paths); settings not named keep ``base``'s
+    values (the defaults when ``base`` is None). A :class:`ConfigError` names settings by flat
+    key."""
     base = cls() if base is None else base
     specs = {s.key: s for s in flat_specs(cls)}
     unknown = sorted(set(values) - set(specs))
     if unknown:
-      raise ConfigError(unknown, f"not a setting of {cls.__name__}; the settings are {', '.join(specs)}")
+      raise ConfigError(
+        unknown, f"not a setting of {cls.__name__}; the settings are {', '.join(specs)}"
+      )
     return _rebuild(cls, cls, base, {specs[k].path: v for k, v in values.items()}, ())
 
   def replace(self, **flat: Any):
@@ -342,10 +367,16 @@ class Settings:
     return type(self).from_flat(flat, base=self)
 
 
-def _rebuild(root: type, cls: type, base: Settings, overrides: dict[tuple[str, ...], Any],
-             prefix: tuple[str, ...]):
-  """``base`` (a ``cls`` at ``prefix`` inside a ``root`` config) with ``overrides`` (keyed by path from the
-  root) applied, nested groups rebuilt first. Errors name settings by their flat keys in ``root``."""
+def _rebuild(
+  root: type,
+  cls: type,
+  base: Settings,
+  overrides: dict[tuple[str, ...], Any],
+  prefix: tuple[str, ...],
+):
+  """``base`` (a ``cls`` at ``prefix`` inside a ``root`` config) with ``overrides`` (keyed by path
+  from the root) applied, nested groups rebuilt first. Errors name settings by their flat keys in
+  ``root``."""
   kinds = _kinds(cls)
   changes = {}
   for f in dataclasses.fields(cls):
@@ -398,7 +429,11 @@ def flat_specs(cls: type) -> tuple[FlatSpec, ...]:
       flag = exposed(f.name)
       if flag is not None and meta.flag:
         flag = meta.flag
-      out.append(FlatSpec(flag or ".".join(path), path, flag, meta.help, kind, value, meta.choices, meta.unset))
+      out.append(
+        FlatSpec(
+          flag or ".".join(path), path, flag, meta.help, kind, value, meta.choices, meta.unset
+        )
+      )
 
   walk(cls, default, (), lambda n: n)
   keys = [s.key for s in out]
@@ -418,9 +453,9 @@ def flat_key(cls: type, path: str | Sequence[str]) -> str:
 
 
 def normalise_flat(cls: type, key: str, value: Any) -> Any:
-  """``value`` of flat key ``key`` converted to its setting's type, as :meth:`Settings.to_flat` writes it
-  (so that a ``config.json`` written with other types, e.g. strings, compares equal); unchanged when it
-  cannot be converted."""
+  """``value`` of flat key ``key`` converted to its setting's type, as :meth:`Settings.to_flat`
+  writes it (so that a ``config.json`` written with other types, e.g. strings, compares equal);
+  unchanged when it cannot be converted."""
   for spec in flat_specs(cls):
     if spec.key == key:
       try:
@@ -431,25 +466,38 @@ def normalise_flat(cls: type, key: str, value: Any) -> Any:
   return value
 
 
-# ----------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # The run settings every study shares.
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings(Settings):
-  """How long and how many: the shared flags ``--seed --num_seeds --steps --checkpoint_every --log_every``."""
+  """How long and how many: the shared flags ``--seed --num_seeds --steps --checkpoint_every
+  --log_every``."""
 
-  seed: int = setting(0, "Base random seed; seed i of the vmapped run uses fold_in(PRNGKey(seed), i).",
-                      check=at_least(0))
-  num_seeds: int = setting(4, "Independent seeds trained together in one vmapped program.", check=at_least(1))
+  seed: int = setting(
+    0,
+    "Base random seed; seed i of the vmapped run uses fold_in(PRNGKey(seed), i).",
+    check=at_least(0),
+  )
+  num_seeds: int = setting(
+    4, "Independent seeds trained together in one vmapped program.", check=at_least(1)
+  )
   steps: int = setting(1000, "Optimizer steps per run.", check=at_least(1))
-  checkpoint_every: int = setting(1000, "Save a checkpoint every this many steps.", check=at_least(1))
-  log_every: int = setting(100, "Write metrics and a progress line every this many steps.", check=at_least(1))
+  checkpoint_every: int = setting(
+    1000, "Save a checkpoint every this many steps.", check=at_least(1)
+  )
+  log_every: int = setting(
+    100, "Write metrics and a progress line every this many steps.", check=at_least(1)
+  )
 
   def check_checkpoint(self, name: str, step: int) -> None:
-    """Refuses a setting ``name`` (of the config holding these run settings as ``run``) whose ``step`` is not
-    one the run checkpoints: a multiple of ``checkpoint_every``, at most ``steps``."""
+    """Refuses a setting ``name`` (of the config holding these run settings as ``run``) whose
+    ``step`` is not one the run checkpoints: a multiple of ``checkpoint_every``, at most
+    ``steps``."""
     if step > self.steps or step % self.checkpoint_every:
-      raise ConfigError((name, "run.steps", "run.checkpoint_every"),
-                        f"{name}={step} must be a checkpoint of the run: a multiple of "
-                        f"checkpoint_every={self.checkpoint_every} and at most steps={self.steps}")
+      raise ConfigError(
+        (name, "run.steps", "run.checkpoint_every"),
+        f"{name}={step} must be a checkpoint of the run: a multiple of "
+        f"checkpoint_every={self.checkpoint_every} and at most steps={self.steps}",
+      )

@@ -13,17 +13,26 @@ import numpy as np  # noqa: E402
 
 @dataclasses.dataclass
 class Curve:
-  """``y_TxS``: one value per logged point ``x_T`` and seed; drawn as the seed mean with a ±1 sd band."""
+  """``y_TxS``: one value per logged point ``x_T`` and seed; drawn as the seed mean with a ±1 sd
+  band."""
 
   x_T: np.ndarray
   y_TxS: np.ndarray
   label: str
 
 
-def curves_figure(panels: list[tuple[str, list[Curve]]], path: str, *, ylabel: str, xlabel: str = "training samples",
-                  target: float | None = None) -> str:
+def curves_figure(
+  panels: list[tuple[str, list[Curve]]],
+  path: str,
+  *,
+  ylabel: str,
+  xlabel: str = "training samples",
+  target: float | None = None,
+) -> str:
   """One panel per ``(title, curves)``; mean over seeds with a ±1 sd band. Returns ``path``."""
-  fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 3.8), squeeze=False, sharey=True)
+  fig, axes = plt.subplots(
+    1, len(panels), figsize=(4.8 * len(panels), 3.8), squeeze=False, sharey=True
+  )
   for ax, (title, curves) in zip(axes[0], panels):
     for c in curves:
       y = np.atleast_2d(np.asarray(c.y_TxS, dtype=float).T).T
@@ -44,8 +53,18 @@ def curves_figure(panels: list[tuple[str, list[Curve]]], path: str, *, ylabel: s
   return path
 
 
-def loglog_fit_figure(x: np.ndarray, y: np.ndarray, fit_exponent: float, fit_prefactor: float, path: str, *,
-                      xlabel: str, ylabel: str, title: str, scatter: list[tuple[np.ndarray, np.ndarray]] | None = None) -> str:
+def loglog_fit_figure(
+  x: np.ndarray,
+  y: np.ndarray,
+  fit_exponent: float,
+  fit_prefactor: float,
+  path: str,
+  *,
+  xlabel: str,
+  ylabel: str,
+  title: str,
+  scatter: list[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> str:
   """Log-log points with a fitted power law ``y = prefactor · x^exponent``. Returns ``path``."""
   fig, ax = plt.subplots(figsize=(4.8, 3.8))
   if scatter:
@@ -53,7 +72,13 @@ def loglog_fit_figure(x: np.ndarray, y: np.ndarray, fit_exponent: float, fit_pre
       ax.scatter(xs, ys, s=8, color="gray", alpha=0.4)
   ax.loglog(x, y, "o", color="C0", label="median over seeds")
   grid = np.geomspace(x.min(), x.max(), 50)
-  ax.loglog(grid, fit_prefactor * grid**fit_exponent, "-", color="C1", label=f"fit: exponent {fit_exponent:.2f}")
+  ax.loglog(
+    grid,
+    fit_prefactor * grid**fit_exponent,
+    "-",
+    color="C1",
+    label=f"fit: exponent {fit_exponent:.2f}",
+  )
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.set_title(title, fontsize=10)
@@ -65,15 +90,26 @@ def loglog_fit_figure(x: np.ndarray, y: np.ndarray, fit_exponent: float, fit_pre
   return path
 
 
-def bars_figure(panels: list[tuple[str, list[str], dict[str, list[float]]]], path: str, *, ylabel: str,
-                hlines: tuple[float, ...] = (0.0,), points: bool = False) -> str:
+def bars_figure(
+  panels: list[tuple[str, list[str], dict[str, list[float]]]],
+  path: str,
+  *,
+  ylabel: str,
+  hlines: tuple[float, ...] = (0.0,),
+  points: bool = False,
+) -> str:
   """Grouped bars: one panel per ``(title, categories, {series label: one value per category})``.
 
-  With ``points``, each value may instead be a list (one point per repetition, e.g. per seed pair), drawn
-  as dots over a bar at their mean. ``None`` values are skipped. Returns ``path``.
+  With ``points``, each value may instead be a list (one point per repetition, e.g. per seed pair),
+  drawn as dots over a bar at their mean. ``None`` values are skipped. Returns ``path``.
   """
-  fig, axes = plt.subplots(1, len(panels), figsize=(max(4.8, 1.1 * max(len(p[1]) for p in panels)) * len(panels), 3.8),
-                           squeeze=False, sharey=True)
+  fig, axes = plt.subplots(
+    1,
+    len(panels),
+    figsize=(max(4.8, 1.1 * max(len(p[1]) for p in panels)) * len(panels), 3.8),
+    squeeze=False,
+    sharey=True,
+  )
   for ax, (title, categories, series) in zip(axes[0], panels):
     width = 0.8 / max(len(series), 1)
     for s, (label, values) in enumerate(series.items()):
@@ -98,7 +134,9 @@ def bars_figure(panels: list[tuple[str, list[str], dict[str, list[float]]]], pat
   return path
 
 
-def matrices_figure(panels: list[tuple[str, np.ndarray]], path: str, *, vmax: float | None = None) -> str:
+def matrices_figure(
+  panels: list[tuple[str, np.ndarray]], path: str, *, vmax: float | None = None
+) -> str:
   """Heatmaps of matrices side by side (diverging colours, shared scale). Returns ``path``."""
   vmax = vmax or max(float(np.max(np.abs(m))) for _, m in panels)
   fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.6), squeeze=False)

@@ -1,32 +1,37 @@
 """Splitting a leading axis (seeds of a training run, chains of a sampler) over every device.
 
 One rule for both: with ``shard=None`` the axis is split whenever JAX sees several devices and their
-number divides the axis; ``True`` insists (a ValueError says why it cannot); ``False`` never splits. On
-accelerators the devices are the chips. On a CPU there is one device unless the program asks for one per
-core before JAX starts (:func:`mechjax.train.flags.cpu_cores_as_devices`), which is worth it because XLA
-runs one CPU device's elementwise work on one core.
+number divides the axis; ``True`` insists (a ValueError says why it cannot); ``False`` never splits.
+On accelerators the devices are the chips. On a CPU there is one device unless the program asks for
+one per core before JAX starts (:func:`mechjax.train.flags.cpu_cores_as_devices`), which is worth it
+because XLA runs one CPU device's elementwise work on one core.
 
-The split is one program that XLA partitions, not one program per device: every device holds its share
-of the axis, and everything else (data, ``w*``) is replicated.
+The split is one program that XLA partitions, not one program per device: every device holds its
+share of the axis, and everything else (data, ``w*``) is replicated.
 """
 
 from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
 
 
 def leading_axis(size: int, name: str, shard: bool | None = None) -> NamedSharding | None:
-  """A ``NamedSharding`` that splits axis 0 of an array of ``size`` rows over all devices (a one-axis
-  ``Mesh`` whose axis is ``name``), or None to keep it on one device; see the module docstring."""
+  """A ``NamedSharding`` that splits axis 0 of an array of ``size`` rows over all devices (a
+  one-axis ``Mesh`` whose axis is ``name``), or None to keep it on one device; see the module
+  docstring."""
   devices = jax.devices()
   if shard is False or len(devices) < 2:
     return None
   if size % len(devices):
     if shard:
-      raise ValueError(f"cannot shard {size} {name} over {len(devices)} devices: the device count must divide "
-                       f"the number of {name}")
+      raise ValueError(
+        f"cannot shard {size} {name} over {len(devices)} devices: the device count must divide "
+        f"the number of {name}"
+      )
     return None
   return NamedSharding(Mesh(np.array(devices), (name,)), PartitionSpec(name))
 
@@ -37,5 +42,6 @@ def replicated(sharding: NamedSharding) -> NamedSharding:
 
 
 def along(sharding: NamedSharding, axis: int) -> NamedSharding:
-  """The same mesh, split along ``axis`` instead of axis 0 (outputs with the split axis elsewhere)."""
+  """The same mesh, split along ``axis`` instead of axis 0 (outputs with the split axis
+  elsewhere)."""
   return NamedSharding(sharding.mesh, PartitionSpec(*([None] * axis), *sharding.spec))

@@ -1,4 +1,5 @@
-"""Settings defined once (mechjax.config) and the flags generated from them (mechjax.train.flags)."""
+"""Settings defined once (mechjax.config) and the flags generated from them
+(mechjax.train.flags)."""
 
 import dataclasses
 import importlib
@@ -11,8 +12,15 @@ from mechjax.config import ConfigError
 from mechjax.slt import sgld as sgld_lib
 from mechjax.train import flags
 
-STUDIES = ("fourier_phase", "llc_dynamics", "patterning_induction", "patterning_parens", "polymorphism",
-           "tensor_backdoor", "tensor_grokking")
+STUDIES = (
+  "fourier_phase",
+  "llc_dynamics",
+  "patterning_induction",
+  "patterning_parens",
+  "polymorphism",
+  "tensor_backdoor",
+  "tensor_grokking",
+)
 SHARED = {"workdir", "seed", "num_seeds", "steps", "checkpoint_every", "log_every", "overwrite"}
 
 
@@ -20,11 +28,14 @@ SHARED = {"workdir", "seed", "num_seeds", "steps", "checkpoint_every", "log_ever
 class Toy(config.Settings):
   run: config.RunSettings = config.group(config.RunSettings(steps=50))
   width: int = config.setting(8, "Hidden units.", check=config.at_least(1))
-  rates: tuple[float, ...] = config.setting((0.1, 0.2), "Learning rates.", flag="rate",
-                                            check=config.each(config.positive))
+  rates: tuple[float, ...] = config.setting(
+    (0.1, 0.2), "Learning rates.", flag="rate", check=config.each(config.positive)
+  )
   kind: str = config.setting("a", "Which kind.", choices=("a", "b"))
-  sgld: sgld_lib.SGLDSettings = config.group(sgld_lib.SGLDSettings(step_size=1e-4, localization=10.0, batch_size=4),
-                                         flags={"num_chains": "chains", "nbeta": "nbeta"})
+  sgld: sgld_lib.SGLDSettings = config.group(
+    sgld_lib.SGLDSettings(step_size=1e-4, localization=10.0, batch_size=4),
+    flags={"num_chains": "chains", "nbeta": "nbeta"},
+  )
 
   def validate(self):
     if self.width > self.run.steps:
@@ -107,21 +118,32 @@ def test_every_study_config_round_trips_and_its_flags_show_help_and_default(name
 
 
 BAD = [  # (study, flag, the flag the one line must name)
-    ("fourier_phase", "--steps=0", "--steps"), ("fourier_phase", "--alpha=-1", "--alpha"),
-    ("fourier_phase", "--shape=abc", "--shape"), ("fourier_phase", "--num_seeds=0", "--num_seeds"),
-    ("fourier_phase", "--learning_rate=-1", "--learning_rate"), ("fourier_phase", "--tasks=edges", "--tasks"),
-    ("fourier_phase", "--shape=4,4,4", "--shape"), ("fourier_phase", "--alpha=1,1.0", "--alpha"),
-    ("fourier_phase", "--amplitude_alphas=1,1", "--amplitude_alphas"), ("fourier_phase", "--seed=-1", "--seed"),
-    ("polymorphism", "--optimizer=rmsprop", "--optimizer"), ("polymorphism", "--num_seeds=1", "--num_seeds"),
-    ("polymorphism", "--num_heads=3", "--num_heads"), ("polymorphism", "--sgd_momentum=1", "--sgd_momentum"),
-    ("polymorphism", "--sae_top_k=300", "--sae_top_k"), ("polymorphism", "--num_null=5", "--num_null"),
-    ("llc_dynamics", "--widths=3,0,3", "--widths"), ("llc_dynamics", "--llc_chains=0", "--llc_chains"),
-    ("llc_dynamics", "--nbeta=-2", "--nbeta"), ("llc_dynamics", "--llc_batch_size=100000", "--llc_batch_size"),
-    ("patterning_parens", "--chi_step=300", "--chi_step"), ("patterning_parens", "--sgld_step_size=0",
-                                                            "--sgld_step_size"),
-    ("patterning_induction", "--length=7", "--length"), ("patterning_induction", "--strength=1", "--strength"),
-    ("tensor_backdoor", "--target_class=10", "--target_class"),
-    ("tensor_grokking", "--weight_decays=0.1,0.1", "--weight_decays"),
+  ("fourier_phase", "--steps=0", "--steps"),
+  ("fourier_phase", "--alpha=-1", "--alpha"),
+  ("fourier_phase", "--shape=abc", "--shape"),
+  ("fourier_phase", "--num_seeds=0", "--num_seeds"),
+  ("fourier_phase", "--learning_rate=-1", "--learning_rate"),
+  ("fourier_phase", "--tasks=edges", "--tasks"),
+  ("fourier_phase", "--shape=4,4,4", "--shape"),
+  ("fourier_phase", "--alpha=1,1.0", "--alpha"),
+  ("fourier_phase", "--amplitude_alphas=1,1", "--amplitude_alphas"),
+  ("fourier_phase", "--seed=-1", "--seed"),
+  ("polymorphism", "--optimizer=rmsprop", "--optimizer"),
+  ("polymorphism", "--num_seeds=1", "--num_seeds"),
+  ("polymorphism", "--num_heads=3", "--num_heads"),
+  ("polymorphism", "--sgd_momentum=1", "--sgd_momentum"),
+  ("polymorphism", "--sae_top_k=300", "--sae_top_k"),
+  ("polymorphism", "--num_null=5", "--num_null"),
+  ("llc_dynamics", "--widths=3,0,3", "--widths"),
+  ("llc_dynamics", "--llc_chains=0", "--llc_chains"),
+  ("llc_dynamics", "--nbeta=-2", "--nbeta"),
+  ("llc_dynamics", "--llc_batch_size=100000", "--llc_batch_size"),
+  ("patterning_parens", "--chi_step=300", "--chi_step"),
+  ("patterning_parens", "--sgld_step_size=0", "--sgld_step_size"),
+  ("patterning_induction", "--length=7", "--length"),
+  ("patterning_induction", "--strength=1", "--strength"),
+  ("tensor_backdoor", "--target_class=10", "--target_class"),
+  ("tensor_grokking", "--weight_decays=0.1,0.1", "--weight_decays"),
 ]
 
 
@@ -143,4 +165,6 @@ def test_a_bad_flag_is_refused_with_the_configs_own_message(name, flag, named):
 def test_llc_dynamics_keeps_zero_as_the_unset_nbeta():
   study = _study("llc_dynamics")
   assert flags.config_from_flags(study.Config, _parse(study.Config, "--nbeta=0")).sgld.nbeta is None
-  assert flags.config_from_flags(study.Config, _parse(study.Config, "--nbeta=50")).sgld.nbeta == 50.0
+  assert (
+    flags.config_from_flags(study.Config, _parse(study.Config, "--nbeta=50")).sgld.nbeta == 50.0
+  )

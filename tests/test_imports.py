@@ -1,4 +1,5 @@
-"""The package's import graph has no cycle: every module can be imported on its own, in any order."""
+"""The package's import graph has no cycle: every module can be imported on its own, in any
+order."""
 
 import ast
 import os
@@ -24,8 +25,9 @@ def _modules() -> dict[str, str]:
 
 
 def import_graph() -> dict[str, set[str]]:
-  """``{module: the mechjax modules it imports}``, counting every import statement, also those inside functions
-  (a local import that dodges a cycle at import time is still a cycle in the design)."""
+  """``{module: the mechjax modules it imports}``, counting every import statement, also those
+  inside functions (a local import that dodges a cycle at import time is still a cycle in the
+  design)."""
   modules = _modules()
   graph = {}
   for name, path in modules.items():
@@ -34,8 +36,10 @@ def import_graph() -> dict[str, set[str]]:
       if isinstance(node, ast.Import):
         targets = [a.name for a in node.names]
       elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-        targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                   for a in node.names]
+        targets = [
+          f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+          for a in node.names
+        ]
       else:
         continue
       edges |= {t for t in targets if t in modules and t != name}
@@ -52,7 +56,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     stack.append(node)
     for nxt in sorted(graph.get(node, ())):
       if state.get(nxt) == "open":
-        return stack[stack.index(nxt):] + [nxt]
+        return stack[stack.index(nxt) :] + [nxt]
       if nxt not in state:
         found = visit(nxt)
         if found:
@@ -71,7 +75,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_mechjax_has_no_import_cycle():
   graph = import_graph()
-  assert "mechjax.slt.sgld" in graph and "mechjax.slt.moments" in graph["mechjax.slt.susceptibility"]
+  assert (
+    "mechjax.slt.sgld" in graph and "mechjax.slt.moments" in graph["mechjax.slt.susceptibility"]
+  )
   assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 

@@ -19,7 +19,16 @@ def test_a_name_is_a_stable_hash():
 
 
 def test_streams_are_distinct_and_never_a_seed_key():
-  names = ["spike", "teacher", "data", "llc", "susceptibility", "probe-strings", "eval-subset", "init-loss"]
+  names = [
+    "spike",
+    "teacher",
+    "data",
+    "llc",
+    "susceptibility",
+    "probe-strings",
+    "eval-subset",
+    "init-loss",
+  ]
   keys = np.stack([np.asarray(rng.key(0, n)) for n in names])
   assert len({tuple(k) for k in keys}) == len(names)
   seeds = np.asarray(loop.seed_keys(0, 64))

@@ -1,5 +1,5 @@
-"""A noisy linear regression in the training core's terms, for the tests that start their own JAX processes
-(they add ``tests/`` to ``sys.path`` and import this)."""
+"""A noisy linear regression in the training core's terms, for the tests that start their own JAX
+processes (they add ``tests/`` to ``sys.path`` and import this)."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +10,8 @@ W_TRUE = jnp.arange(1.0, 5.0)
 
 
 def linear_problem() -> loop.Problem:
-  """Regression on fresh data from each step's key; ``evaluate`` reports the distance to the true weights."""
+  """Regression on fresh data from each step's key; ``evaluate`` reports the distance to the true
+  weights."""
 
   def loss(params, key):
     kx, kn = jax.random.split(key)
@@ -18,5 +19,8 @@ def linear_problem() -> loop.Problem:
     y = x @ W_TRUE + 0.1 * jax.random.normal(kn, (8,))
     return jnp.mean((x @ params["w"] - y) ** 2), {}
 
-  return loop.Problem(lambda k: {"w": 0.1 * jax.random.normal(k, (4,))}, loss,
-                      lambda p, k: {"err": jnp.linalg.norm(p["w"] - W_TRUE)})
+  return loop.Problem(
+    lambda k: {"w": 0.1 * jax.random.normal(k, (4,))},
+    loss,
+    lambda p, k: {"err": jnp.linalg.norm(p["w"] - W_TRUE)},
+  )

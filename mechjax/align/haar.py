@@ -1,16 +1,18 @@
-"""Is a fitted rotation Haar-random, or privileged? Haar sampling, the Weyl density, calibrated tests.
+"""Is a fitted rotation Haar-random, or privileged? Haar sampling, the Weyl density, calibrated
+tests.
 
-Null distributions here are Monte-Carlo samples of Haar rotations of the same dimension and in the same
-coset as the tested ``R`` (SO(d) if ``det R = +1``, the ``det = −1`` coset of O(d) otherwise), so every
-p-value is calibrated by construction: under the null, ``P(p ≤ a) ≤ a`` up to the resolution
-``1 / (num_null + 1)``.
+Null distributions here are Monte-Carlo samples of Haar rotations of the same dimension and in the
+same coset as the tested ``R`` (SO(d) if ``det R = +1``, the ``det = −1`` coset of O(d) otherwise),
+so every p-value is calibrated by construction: under the null, ``P(p ≤ a) ≤ a`` up to the
+resolution ``1 / (num_null + 1)``.
 
-Two well-known statistics, ``‖R − I‖_F`` (≈ √(2d) under Haar, since ``E tr R = 0`` and ``Var tr R = 1``)
-and a Kolmogorov–Smirnov test of the eigen-angles, have no power against a *privileged* basis: a random
-signed permutation passes both. The signed-permutation distance ``min_P ‖R − P‖_F`` over signed
-permutation matrices ``P`` and the basis-alignment statistics (largest entry per row, kurtosis of the
-entries) detect it. The eigen-angle KS statistic is calibrated against its own Monte-Carlo null: Haar
-eigenvalues repel each other, so the i.i.d. KS formula gives p ≈ 1 for a single Haar matrix.
+Two well-known statistics, ``‖R − I‖_F`` (≈ √(2d) under Haar, since ``E tr R = 0`` and ``Var tr R =
+1``) and a Kolmogorov–Smirnov test of the eigen-angles, have no power against a *privileged* basis:
+a random signed permutation passes both. The signed-permutation distance ``min_P ‖R − P‖_F`` over
+signed permutation matrices ``P`` and the basis-alignment statistics (largest entry per row,
+kurtosis of the entries) detect it. The eigen-angle KS statistic is calibrated against its own
+Monte-Carlo null: Haar eigenvalues repel each other, so the i.i.d. KS formula gives p ≈ 1 for a
+single Haar matrix.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from scipy import optimize
 from scipy import stats
 
 
-def haar_orthogonal(key: jax.Array, d: int, special: bool = False, shape: tuple[int, ...] = ()) -> jax.Array:
-  """Haar-random ``(*shape, d, d)`` matrices in O(d), or in SO(d) with ``special`` (first column's sign flipped
-  where ``det = −1``, which maps the Haar measure on that coset onto the one on SO(d))."""
+def haar_orthogonal(
+  key: jax.Array, d: int, special: bool = False, shape: tuple[int, ...] = ()
+) -> jax.Array:
+  """Haar-random ``(*shape, d, d)`` matrices in O(d), or in SO(d) with ``special`` (first column's
+  sign flipped where ``det = −1``, which maps the Haar measure on that coset onto the one on
+  SO(d))."""
   if int(d) < 1:
     raise ValueError(f"d must be a positive integer; got {d}")
   q = jax.random.orthogonal(key, int(d), shape)
@@ -35,10 +40,11 @@ def haar_orthogonal(key: jax.Array, d: int, special: bool = False, shape: tuple[
 
 
 def eigenangle_density(theta, d: int) -> np.ndarray:
-  """Weyl's one-point density of the eigen-angles ``θ ∈ [0, π]`` of a Haar matrix in SO(d), normalised to 1.
+  """Weyl's one-point density of the eigen-angles ``θ ∈ [0, π]`` of a Haar matrix in SO(d),
+  normalised to 1.
 
-  The non-trivial eigenvalues come in pairs ``e^{±iθ_j}``, ``j = 1..N``. With the orthonormal polynomials of
-  the Weyl weight, the one-point function (integrating to ``N``) is
+  The non-trivial eigenvalues come in pairs ``e^{±iθ_j}``, ``j = 1..N``. With the orthonormal
+  polynomials of the Weyl weight, the one-point function (integrating to ``N``) is
 
   * SO(2N):   ``[(2N − 1) + sin((2N − 1)θ) / sin θ] / (2π)``;
   * SO(2N+1): ``[2N − sin(2Nθ) / sin θ] / (2π)`` (plus the fixed eigenvalue 1, not counted here).
@@ -61,7 +67,8 @@ def eigenangle_density(theta, d: int) -> np.ndarray:
 
 
 def eigenangles(r: np.ndarray) -> np.ndarray:
-  """The ``N = ⌊d/2⌋`` angles in ``[0, π]`` of the conjugate pairs of eigenvalues of an orthogonal ``R``.
+  """The ``N = ⌊d/2⌋`` angles in ``[0, π]`` of the conjugate pairs of eigenvalues of an orthogonal
+  ``R``.
 
   The eigenvalues forced by the determinant (1 for odd d in SO(d); ±1 in the ``det = −1`` coset) are
   dropped: the angles are sorted and only one angle per conjugate pair is kept.
@@ -73,10 +80,12 @@ def eigenangles(r: np.ndarray) -> np.ndarray:
   dets = np.linalg.det(r)
   negative = bool(np.all(dets < 0))
   if r.ndim > 2 and not (negative or np.all(dets > 0)):
-    raise ValueError("a stack of matrices passed to eigenangles must all have the same determinant sign")
+    raise ValueError(
+      "a stack of matrices passed to eigenangles must all have the same determinant sign"
+    )
   if d % 2 == 1 or negative:
-    # Remove the forced real eigenvalue(s): +1 (angle 0) for odd SO(d); for det = −1, a −1 (angle π) and, for
-    # even d, also a +1 (angle 0).
+    # Remove the forced real eigenvalue(s): +1 (angle 0) for odd SO(d); for det = −1, a −1 (angle π)
+    # and, for even d, also a +1 (angle 0).
     if not negative:
       angles = angles[..., 1:]
     else:
@@ -85,7 +94,8 @@ def eigenangles(r: np.ndarray) -> np.ndarray:
 
 
 def _ks_statistic(x: np.ndarray, cdf) -> float:
-  """The one-sample Kolmogorov–Smirnov statistic ``sup |F_n − F|`` (scipy's ``kstest(...).statistic``)."""
+  """The one-sample Kolmogorov–Smirnov statistic ``sup |F_n − F|`` (scipy's
+  ``kstest(...).statistic``)."""
   x = np.sort(x)
   n = len(x)
   f = cdf(x)
@@ -93,14 +103,16 @@ def _ks_statistic(x: np.ndarray, cdf) -> float:
 
 
 def _excess_kurtosis(x: np.ndarray) -> float:
-  """Fisher's excess kurtosis ``m₄/m₂² − 3`` with population moments (scipy's ``kurtosis`` defaults)."""
+  """Fisher's excess kurtosis ``m₄/m₂² − 3`` with population moments (scipy's ``kurtosis``
+  defaults)."""
   c = x - x.mean()
   m2 = np.mean(c * c)
   return float(np.mean(c**4) / (m2 * m2) - 3.0) if m2 > 0 else 0.0
 
 
 def signed_permutation_distance(r: np.ndarray) -> float:
-  """``min_P ‖R − P‖_F`` over signed permutation matrices: ``√(2d − 2 max_π Σ_i |R_{iπ(i)}|)`` (linear assignment)."""
+  """``min_P ‖R − P‖_F`` over signed permutation matrices: ``√(2d − 2 max_π Σ_i |R_{iπ(i)}|)``
+  (linear assignment)."""
   a = np.abs(np.asarray(r, np.float64))
   rows, cols = optimize.linear_sum_assignment(-a)
   return float(np.sqrt(max(2 * a.shape[0] - 2 * a[rows, cols].sum(), 0.0)))
@@ -112,23 +124,23 @@ def _statistics(r: np.ndarray, angle_cdf) -> dict[str, float]:
   angles = eigenangles(r)
   ks = _ks_statistic(angles, angle_cdf) if len(angles) else 0.0
   return {
-      "frobenius_to_identity": float(np.linalg.norm(r - np.eye(d))),
-      "trace": float(np.trace(r)),
-      "signed_permutation_distance": signed_permutation_distance(r),
-      "max_abs_entry_per_row": float(np.mean(np.max(np.abs(r), axis=1))),
-      "entry_kurtosis": _excess_kurtosis(flat),
-      "eigenangle_ks": float(ks),
+    "frobenius_to_identity": float(np.linalg.norm(r - np.eye(d))),
+    "trace": float(np.trace(r)),
+    "signed_permutation_distance": signed_permutation_distance(r),
+    "max_abs_entry_per_row": float(np.mean(np.max(np.abs(r), axis=1))),
+    "entry_kurtosis": _excess_kurtosis(flat),
+    "eigenangle_ks": float(ks),
   }
 
 
 # Which tail of the null counts as evidence against Haar.
 TAILS = {
-    "frobenius_to_identity": "two-sided",
-    "trace": "two-sided",
-    "signed_permutation_distance": "lower",
-    "max_abs_entry_per_row": "upper",
-    "entry_kurtosis": "upper",
-    "eigenangle_ks": "upper",
+  "frobenius_to_identity": "two-sided",
+  "trace": "two-sided",
+  "signed_permutation_distance": "lower",
+  "max_abs_entry_per_row": "upper",
+  "entry_kurtosis": "upper",
+  "eigenangle_ks": "upper",
 }
 
 
@@ -147,8 +159,9 @@ def haar_test(r, key: jax.Array, num_null: int = 199) -> dict[str, dict[str, flo
   """Tests whether the orthogonal matrix ``r`` looks like a Haar sample from its own coset.
 
   Returns, per statistic, ``{"value", "null_mean", "null_sd", "p_value", "tail"}``. The null is
-  ``num_null`` Haar matrices of the same ``d`` and determinant; the eigen-angle reference CDF comes from an
-  independent pool of Haar eigen-angles. p-values are ``(1 + #{null at least as extreme}) / (1 + num_null)``.
+  ``num_null`` Haar matrices of the same ``d`` and determinant; the eigen-angle reference CDF comes
+  from an independent pool of Haar eigen-angles. p-values are ``(1 + #{null at least as extreme}) /
+  (1 + num_null)``.
   """
   r = np.asarray(r, np.float64)
   if r.ndim != 2 or r.shape[0] != r.shape[1] or r.shape[0] < 2:
@@ -176,21 +189,30 @@ def haar_test(r, key: jax.Array, num_null: int = 199) -> dict[str, dict[str, flo
   out = {}
   for name, value in observed.items():
     values = np.array([n[name] for n in null])
-    out[name] = {"value": value, "null_mean": float(values.mean()), "null_sd": float(values.std()),
-                 "p_value": _p_value(value, values, TAILS[name]), "tail": TAILS[name]}
+    out[name] = {
+      "value": value,
+      "null_mean": float(values.mean()),
+      "null_sd": float(values.std()),
+      "p_value": _p_value(value, values, TAILS[name]),
+      "tail": TAILS[name],
+    }
   return out
 
 
-def privileged_basis_test(x, key: jax.Array, num_null: int = 199, max_rows: int = 4096) -> dict[str, float]:
-  """Is the coordinate basis of activations ``x_NxD`` special, compared with a random rotation of them?
+def privileged_basis_test(
+  x, key: jax.Array, num_null: int = 199, max_rows: int = 4096
+) -> dict[str, float]:
+  """Is the coordinate basis of activations ``x_NxD`` special, compared with a random rotation of
+  them?
 
-  The statistic is the mean over activation vectors of the excess kurtosis of their ``d`` coordinates
-  (large when a few coordinates carry outsized values, as in the basis-aligned outlier features of
-  Adam-trained transformers). Its null distribution is the same statistic of ``x @ Q`` for ``num_null``
-  Haar-random ``Q``: under the hypothesis that nothing singles out the coordinate axes, ``x`` is one more
-  draw from that orbit, so the upper-tail p-value ``(1 + #{null >= observed}) / (1 + num_null)`` is
-  calibrated. Unlike tests of a fitted rotation, this needs no second model and no full-rank cross-covariance.
-  At most ``max_rows`` rows (evenly spaced) are used.
+  The statistic is the mean over activation vectors of the excess kurtosis of their ``d``
+  coordinates (large when a few coordinates carry outsized values, as in the basis-aligned outlier
+  features of Adam-trained transformers). Its null distribution is the same statistic of ``x @ Q``
+  for ``num_null`` Haar-random ``Q``: under the hypothesis that nothing singles out the coordinate
+  axes, ``x`` is one more draw from that orbit, so the upper-tail p-value ``(1 + #{null >=
+  observed}) / (1 + num_null)`` is calibrated. Unlike tests of a fitted rotation, this needs no
+  second model and no full-rank cross-covariance. At most ``max_rows`` rows (evenly spaced) are
+  used.
 
   Returns ``{"value", "null_mean", "null_sd", "p_value"}``.
   """
@@ -205,5 +227,9 @@ def privileged_basis_test(x, key: jax.Array, num_null: int = 199, max_rows: int 
   qs = np.asarray(haar_orthogonal(key, x.shape[1], shape=(int(num_null),)), np.float64)
   null = np.array([stat(x @ q) for q in qs])
   value = stat(x)
-  return {"value": value, "null_mean": float(null.mean()), "null_sd": float(null.std()),
-          "p_value": _p_value(value, null, "upper")}
+  return {
+    "value": value,
+    "null_mean": float(null.mean()),
+    "null_sd": float(null.std()),
+    "p_value": _p_value(value, null, "upper"),
+  }

@@ -1,17 +1,18 @@
 """Orthogonal Procrustes: the rotation that best maps one set of activations onto another.
 
-``orthogonal_procrustes(A, B)`` solves ``min_{R ∈ O(d)} ‖A R − B‖_F`` (Schönemann 1966), scipy's convention:
-with ``M = Aᵀ B = U Σ Vᵀ`` the minimiser is ``R = U Vᵀ``. ``special=True`` restricts to SO(d) with the
-Kabsch correction ``R = U diag(1, …, 1, det(U Vᵀ)) Vᵀ`` (Kabsch 1976), the optimum within SO(d).
-``scale=True`` also fits the isotropic scale ``s = tr(Σ D) / ‖A‖²_F`` of ``s A R ≈ B``.
+``orthogonal_procrustes(A, B)`` solves ``min_{R ∈ O(d)} ‖A R − B‖_F`` (Schönemann 1966), scipy's
+convention: with ``M = Aᵀ B = U Σ Vᵀ`` the minimiser is ``R = U Vᵀ``. ``special=True`` restricts to
+SO(d) with the Kabsch correction ``R = U diag(1, …, 1, det(U Vᵀ)) Vᵀ`` (Kabsch 1976), the optimum
+within SO(d). ``scale=True`` also fits the isotropic scale ``s = tr(Σ D) / ‖A‖²_F`` of ``s A R ≈
+B``.
 
-When ``M`` is rank-deficient (fewer samples than dimensions, or dead directions), the part of ``R`` that
-acts on the null space of ``M`` is arbitrary: any rotation there fits equally well. The rank is returned,
-and a warning names it whenever a concrete (non-traced) fit is deficient, because a "rotation" reported
-from such a fit is partly a free choice of the SVD routine.
+When ``M`` is rank-deficient (fewer samples than dimensions, or dead directions), the part of ``R``
+that acts on the null space of ``M`` is arbitrary: any rotation there fits equally well. The rank is
+returned, and a warning names it whenever a concrete (non-traced) fit is deficient, because a
+"rotation" reported from such a fit is partly a free choice of the SVD routine.
 
-Activations are ``x_NxD`` (samples × features); every function takes extra leading batch axes and works
-under ``jit`` and ``vmap``.
+Activations are ``x_NxD`` (samples × features); every function takes extra leading batch axes and
+works under ``jit`` and ``vmap``.
 """
 
 from __future__ import annotations
@@ -33,19 +34,30 @@ class ProcrustesFit(NamedTuple):
 
 def _check_pair(source, target):
   if source.ndim < 2 or source.shape != target.shape:
-    raise ValueError(f"source and target must both have shape (..., n, d) and match; got {source.shape} and "
-                     f"{target.shape}")
+    raise ValueError(
+      f"source and target must both have shape (..., n, d) and match; got {source.shape} and "
+      f"{target.shape}"
+    )
   for name, x in (("source", source), ("target", target)):
     if isinstance(x, jax.core.Tracer):
       continue  # inside jit the values are unknown; a concrete call is checked
     bad = int(np.size(x) - np.count_nonzero(np.isfinite(np.asarray(x))))
     if bad:
-      raise ValueError(f"{name} has {bad} non-finite entries (NaN or inf) of {np.size(x)}; the fit needs finite "
-                       "activations")
+      raise ValueError(
+        f"{name} has {bad} non-finite entries (NaN or inf) of {np.size(x)}; the fit needs finite "
+        "activations"
+      )
 
 
-def procrustes_fit(source: jax.Array, target: jax.Array, *, center: bool = False, special: bool = False,
-                   scale: bool = False, rtol: float | None = None) -> ProcrustesFit:
+def procrustes_fit(
+  source: jax.Array,
+  target: jax.Array,
+  *,
+  center: bool = False,
+  special: bool = False,
+  scale: bool = False,
+  rtol: float | None = None,
+) -> ProcrustesFit:
   """The full fit: ``R``, the scale, the singular values and the numerical rank of ``Aᵀ B``.
 
   Args:
@@ -54,7 +66,8 @@ def procrustes_fit(source: jax.Array, target: jax.Array, *, center: bool = False
     center: subtract each column's mean first (the mean offset is then not part of the map).
     special: restrict ``R`` to SO(d) (det +1).
     scale: fit an isotropic scale ``s`` with ``s A R ≈ B``.
-    rtol: singular values below ``rtol · σ_max`` count as zero for the rank; default ``max(n, d) · eps``.
+    rtol: singular values below ``rtol · σ_max`` count as zero for the rank; default ``max(n, d) ·
+    eps``.
   """
   _check_pair(source, target)
   a, b = source, target
@@ -65,7 +78,9 @@ def procrustes_fit(source: jax.Array, target: jax.Array, *, center: bool = False
   u, sv, vt = jnp.linalg.svd(m, full_matrices=False)
   if special:
     det = jnp.linalg.det(u @ vt)
-    flip = jnp.ones(sv.shape, sv.dtype).at[..., -1].set(jnp.sign(det))  # smallest singular value flips
+    flip = (
+      jnp.ones(sv.shape, sv.dtype).at[..., -1].set(jnp.sign(det))
+    )  # smallest singular value flips
     u = u * flip[..., None, :]
     sv_used = sv * flip
   else:
@@ -74,13 +89,24 @@ def procrustes_fit(source: jax.Array, target: jax.Array, *, center: bool = False
   n, d = a.shape[-2], a.shape[-1]
   tol = (max(n, d) * jnp.finfo(sv.dtype).eps if rtol is None else rtol) * sv[..., :1]
   rank = jnp.sum(sv > tol, axis=-1)
-  s = (jnp.sum(sv_used, axis=-1) / jnp.sum(a**2, axis=(-2, -1))) if scale else jnp.ones(sv.shape[:-1], sv.dtype)
+  s = (
+    (jnp.sum(sv_used, axis=-1) / jnp.sum(a**2, axis=(-2, -1)))
+    if scale
+    else jnp.ones(sv.shape[:-1], sv.dtype)
+  )
   return ProcrustesFit(r, s, sv, rank)
 
 
-def orthogonal_procrustes(source: jax.Array, target: jax.Array, *, center: bool = False, special: bool = False,
-                          scale: bool = False):
-  """``R`` with ``source @ R ≈ target`` (in O(d), or SO(d) with ``special``); ``(R, s)`` when ``scale``.
+def orthogonal_procrustes(
+  source: jax.Array,
+  target: jax.Array,
+  *,
+  center: bool = False,
+  special: bool = False,
+  scale: bool = False,
+):
+  """``R`` with ``source @ R ≈ target`` (in O(d), or SO(d) with ``special``); ``(R, s)`` when
+  ``scale``.
 
   Warns when the cross-covariance is rank-deficient (for concrete inputs): see the module docstring.
   """
@@ -89,13 +115,18 @@ def orthogonal_procrustes(source: jax.Array, target: jax.Array, *, center: bool 
     d = source.shape[-1]
     worst = int(jnp.min(fit.rank))
     if worst < d:
-      warnings.warn(f"orthogonal_procrustes: the cross-covariance has rank {worst} < d = {d}; the rotation is "
-                    f"arbitrary on a {d - worst}-dimensional subspace", RuntimeWarning, stacklevel=2)
+      warnings.warn(
+        f"orthogonal_procrustes: the cross-covariance has rank {worst} < d = {d}; the rotation is "
+        f"arbitrary on a {d - worst}-dimensional subspace",
+        RuntimeWarning,
+        stacklevel=2,
+      )
   return (fit.R, fit.scale) if scale else fit.R
 
 
-def generalized_procrustes(acts: jax.Array, *, num_iters: int = 20, center: bool = False,
-                           special: bool = False) -> tuple[jax.Array, jax.Array]:
+def generalized_procrustes(
+  acts: jax.Array, *, num_iters: int = 20, center: bool = False, special: bool = False
+) -> tuple[jax.Array, jax.Array]:
   """Aligns K models to a common frame: ``R_k`` with ``acts[k] @ R_k ≈ mean_j acts[j] @ R_j``.
 
   Alternates between fitting each ``R_k`` to the current consensus and recomputing the consensus

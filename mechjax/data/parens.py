@@ -1,18 +1,18 @@
 """Parenthesis balancing with two algorithms that agree on the training data and disagree on probes.
 
-A string over ``(`` and ``)`` is *balanced* when no prefix has more ``)`` than ``(`` and the counts are
-equal. Two algorithms classify strings:
+A string over ``(`` and ``)`` is *balanced* when no prefix has more ``)`` than ``(`` and the counts
+are equal. Two algorithms classify strings:
 
 * **equal counts** (``"counts"``): the number of ``(`` equals the number of ``)``;
 * **counts and prefix** (``"prefix"``): additionally, no prefix goes negative (true balance).
 
-The training set holds balanced strings (label 1) and strings with *unequal* counts (label 0), and no
-string with equal counts and a negative prefix, so both algorithms are perfect on it. The probe set holds
-exactly those strings, such as ``())(``: ``counts`` calls them balanced and ``prefix`` does not, so a
-model's answers on the probes tell which algorithm it learned.
+The training set holds balanced strings (label 1) and strings with *unequal* counts (label 0), and
+no string with equal counts and a negative prefix, so both algorithms are perfect on it. The probe
+set holds exactly those strings, such as ``())(``: ``counts`` calls them balanced and ``prefix``
+does not, so a model's answers on the probes tell which algorithm it learned.
 
-Tokens: ``0 = (``, ``1 = )``; every string has the same even length. Everything is drawn with NumPy from
-a seed, so a dataset is a pure function of its arguments.
+Tokens: ``0 = (``, ``1 = )``; every string has the same even length. Everything is drawn with NumPy
+from a seed, so a dataset is a pure function of its arguments.
 """
 
 from __future__ import annotations
@@ -69,13 +69,16 @@ def _draw(rng, num: int, length: int, accept, make) -> np.ndarray:
 
 
 def sample_balanced(rng: np.random.Generator, num: int, length: int) -> np.ndarray:
-  """Uniform balanced strings (rejection from uniform equal-count strings; acceptance 1/(length/2 + 1))."""
+  """Uniform balanced strings (rejection from uniform equal-count strings; acceptance 1/(length/2 +
+  1))."""
   return _draw(rng, num, _check_length(length), balanced, _equal_count_strings)
 
 
 def sample_probes(rng: np.random.Generator, num: int, length: int) -> np.ndarray:
   """Uniform equal-count strings with a negative prefix: where the two algorithms disagree."""
-  return _draw(rng, num, _check_length(length), lambda t: equal_counts(t) & ~balanced(t), _equal_count_strings)
+  return _draw(
+    rng, num, _check_length(length), lambda t: equal_counts(t) & ~balanced(t), _equal_count_strings
+  )
 
 
 def sample_unequal(rng: np.random.Generator, num: int, length: int) -> np.ndarray:
@@ -84,16 +87,19 @@ def sample_unequal(rng: np.random.Generator, num: int, length: int) -> np.ndarra
   return _draw(rng, num, _check_length(length), lambda t: ~equal_counts(t), uniform)
 
 
-def make_dataset(seed: int | np.random.Generator, num: int, length: int,
-                 balanced_fraction: float = 0.5) -> dict[str, np.ndarray]:
-  """A training set of ``num`` strings: ``balanced_fraction`` balanced (label 1), the rest with unequal
-  counts (label 0), shuffled, drawn from ``seed`` (an int, or a NumPy generator such as
+def make_dataset(
+  seed: int | np.random.Generator, num: int, length: int, balanced_fraction: float = 0.5
+) -> dict[str, np.ndarray]:
+  """A training set of ``num`` strings: ``balanced_fraction`` balanced (label 1), the rest with
+  unequal counts (label 0), shuffled, drawn from ``seed`` (an int, or a NumPy generator such as
   :func:`mechjax.rng.numpy`). Both algorithms label every string the same (checked)."""
   if not 0 < balanced_fraction < 1:
     raise ValueError(f"balanced_fraction must be in (0, 1); got {balanced_fraction!r}")
   rng = np.random.default_rng(seed)
   num_pos = int(round(num * balanced_fraction))
-  tokens = np.concatenate([sample_balanced(rng, num_pos, length), sample_unequal(rng, num - num_pos, length)])
+  tokens = np.concatenate(
+    [sample_balanced(rng, num_pos, length), sample_unequal(rng, num - num_pos, length)]
+  )
   tokens = tokens[rng.permutation(num)]
   y = label(tokens, "prefix")
   assert np.array_equal(y, label(tokens, "counts"))
@@ -104,5 +110,9 @@ def features(tokens: np.ndarray) -> dict[str, np.ndarray]:
   """Per-string features used to group training strings for re-weighting: the first token, the count
   difference ``#( − #)``, the minimum prefix sum and the maximum nesting depth."""
   s = prefix_sums(tokens)
-  return {"first_close": (np.asarray(tokens)[..., 0] == CLOSE).astype(np.int32), "count_difference": s[..., -1],
-          "min_prefix": np.minimum(s.min(axis=-1), 0), "max_depth": np.maximum(s.max(axis=-1), 0)}
+  return {
+    "first_close": (np.asarray(tokens)[..., 0] == CLOSE).astype(np.int32),
+    "count_difference": s[..., -1],
+    "min_prefix": np.minimum(s.min(axis=-1), 0),
+    "max_depth": np.maximum(s.max(axis=-1), 0),
+  }

@@ -1,10 +1,10 @@
-"""Random token sequences whose second half repeats the first in a fraction of them: the data on which
-induction heads form (Olsson et al. 2022, "In-context learning and induction heads").
+"""Random token sequences whose second half repeats the first in a fraction of them: the data on
+which induction heads form (Olsson et al. 2022, "In-context learning and induction heads").
 
-In a repeated sequence ``x[half + i] = x[i]``, so from position ``half + 1`` on every next token can be
-copied from the earlier occurrence: the predictions at positions ``half … length − 2`` (of tokens
-``half + 1 … length − 1``) are the *induction* predictions. Nothing else is predictable: tokens are i.i.d.
-uniform, so the loss there is ``ln(vocab)`` for any model.
+In a repeated sequence ``x[half + i] = x[i]``, so from position ``half + 1`` on every next token can
+be copied from the earlier occurrence: the predictions at positions ``half … length − 2`` (of tokens
+``half + 1 … length − 1``) are the *induction* predictions. Nothing else is predictable: tokens are
+i.i.d. uniform, so the loss there is ``ln(vocab)`` for any model.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ def _check(length: int, vocab: int, repeat_fraction: float) -> None:
     raise ValueError(f"repeat_fraction must be in [0, 1]; got {repeat_fraction!r}")
 
 
-def sample(key: jax.Array, num: int, length: int, vocab: int, repeat_fraction: float = 0.5) -> dict[str, jax.Array]:
-  """``{"tokens": (num, length) int32, "repeat": (num,) int32}``; each sequence repeats with probability
-  ``repeat_fraction`` (``repeat = 1``). Jit-friendly: ``num``, ``length`` and ``vocab`` must be static."""
+def sample(
+  key: jax.Array, num: int, length: int, vocab: int, repeat_fraction: float = 0.5
+) -> dict[str, jax.Array]:
+  """``{"tokens": (num, length) int32, "repeat": (num,) int32}``; each sequence repeats with
+  probability ``repeat_fraction`` (``repeat = 1``). Jit-friendly: ``num``, ``length`` and ``vocab``
+  must be static."""
   _check(length, vocab, repeat_fraction)
   k_tok, k_rep = jax.random.split(key)
   tokens = jax.random.randint(k_tok, (num, length), 0, vocab, dtype=jnp.int32)
@@ -35,24 +38,26 @@ def sample(key: jax.Array, num: int, length: int, vocab: int, repeat_fraction: f
   return {"tokens": jnp.where(repeat[:, None], copied, tokens), "repeat": repeat.astype(jnp.int32)}
 
 
-def fixed(key: jax.Array | int, num: int, length: int, vocab: int, repeat: bool) -> dict[str, jax.Array]:
-  """``num`` sequences that all repeat (or all do not), drawn from ``key`` (or ``PRNGKey(key)`` for an int):
-  evaluation and probe sets."""
+def fixed(
+  key: jax.Array | int, num: int, length: int, vocab: int, repeat: bool
+) -> dict[str, jax.Array]:
+  """``num`` sequences that all repeat (or all do not), drawn from ``key`` (or ``PRNGKey(key)`` for
+  an int): evaluation and probe sets."""
   key = jax.random.PRNGKey(key) if isinstance(key, (int, np.integer)) else key
   return sample(key, num, length, vocab, 1.0 if repeat else 0.0)
 
 
 def induction_mask(length: int) -> np.ndarray:
-  """``(length − 1,)`` booleans over prediction positions ``t`` (predicting token ``t + 1``): True where a
-  repeated sequence makes the next token copyable, ``t ≥ length/2``."""
+  """``(length − 1,)`` booleans over prediction positions ``t`` (predicting token ``t + 1``): True
+  where a repeated sequence makes the next token copyable, ``t ≥ length/2``."""
   return np.arange(length - 1) >= length // 2
 
 
 def prefix_matching_score(attention_BxHxTxT: jax.Array) -> jax.Array:
-  """Per head, the mean attention from each position ``t`` of the second copy to ``t − half + 1``, the
-  position right after the earlier occurrence of the current token (the induction target), over repeated
-  sequences: ``(H,)``. A perfect induction head scores 1; uniform causal attention scores about
-  ``Σ_t 1/(t+1)/half``."""
+  """Per head, the mean attention from each position ``t`` of the second copy to ``t − half + 1``,
+  the position right after the earlier occurrence of the current token (the induction target), over
+  repeated sequences: ``(H,)``. A perfect induction head scores 1; uniform causal attention scores
+  about ``Σ_t 1/(t+1)/half``."""
   t = attention_BxHxTxT.shape[-1]
   half = t // 2
   queries = jnp.arange(half, t)

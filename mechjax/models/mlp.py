@@ -1,7 +1,8 @@
 """Small flax.linen models: a single neuron and a two-layer network.
 
-Inputs are ``x_BxS``: a batch axis followed by any spatial shape, which is flattened to ``D = prod(S)``.
-Params are plain pytrees (``{"params": {...}}`` dicts), so they scan, vmap and checkpoint as they are.
+Inputs are ``x_BxS``: a batch axis followed by any spatial shape, which is flattened to ``D =
+prod(S)``. Params are plain pytrees (``{"params": {...}}`` dicts), so they scan, vmap and checkpoint
+as they are.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ import jax
 import jax.numpy as jnp
 
 ACTIVATIONS = {
-    "relu": nn.relu,
-    "tanh": jnp.tanh,
-    "gelu": nn.gelu,
-    "sigmoid": nn.sigmoid,
-    "linear": lambda h: h,
-    "square": jnp.square,
+  "relu": nn.relu,
+  "tanh": jnp.tanh,
+  "gelu": nn.gelu,
+  "sigmoid": nn.sigmoid,
+  "linear": lambda h: h,
+  "square": jnp.square,
 }
 
 
@@ -35,11 +36,12 @@ def _flatten(x: jax.Array) -> jax.Array:
 
 
 class SingleNeuron(nn.Module):
-  """``f(x) = σ(w·x / √D)``; with ``spherical=True`` the weight is used as ``w/‖w‖·√D``, i.e. on the sphere.
+  """``f(x) = σ(w·x / √D)``; with ``spherical=True`` the weight is used as ``w/‖w‖·√D``, i.e. on the
+  sphere.
 
-  The spherical form is the single-index model of online-SGD analyses (Ben Arous, Gheissari & Jagannath
-  2021, arXiv:2003.10409): the gradient of ``f(w/‖w‖)`` is tangent to the sphere, and re-normalising ``w``
-  after each step is the retraction.
+  The spherical form is the single-index model of online-SGD analyses (Ben Arous, Gheissari &
+  Jagannath 2021, arXiv:2003.10409): the gradient of ``f(w/‖w‖)`` is tangent to the sphere, and
+  re-normalising ``w`` after each step is the retraction.
   """
 
   activation: str = "linear"

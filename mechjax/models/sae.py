@@ -1,13 +1,13 @@
 """Sparse autoencoders for residual-stream activations: ReLU + L1, or TopK.
 
-``f = σ((x − b_dec) W_enc + b_enc)``, ``x̂ = f D + b_dec``, where the rows of ``D`` (one per latent) have
-unit norm *by construction*: the stored decoder ``W_dec`` is normalised row-wise in the forward pass, so
-no projection step is needed after an optimizer update and the L1 penalty cannot be dodged by shrinking
-codes and growing decoder rows. ``σ`` is ReLU, or, with ``top_k``, ReLU followed by keeping the ``k``
-largest latents per input (Makhzani & Frey 2013; Gao et al. 2024).
+``f = σ((x − b_dec) W_enc + b_enc)``, ``x̂ = f D + b_dec``, where the rows of ``D`` (one per latent)
+have unit norm *by construction*: the stored decoder ``W_dec`` is normalised row-wise in the forward
+pass, so no projection step is needed after an optimizer update and the L1 penalty cannot be dodged
+by shrinking codes and growing decoder rows. ``σ`` is ReLU, or, with ``top_k``, ReLU followed by
+keeping the ``k`` largest latents per input (Makhzani & Frey 2013; Gao et al. 2024).
 
-:func:`sae_loss` is ``mean‖x − x̂‖² / d + l1 · mean‖f‖₁`` (``l1`` is ignored for TopK); it plugs into
-:class:`mechjax.train.loop.Problem` like any other loss.
+:func:`sae_loss` is ``mean‖x − x̂‖² / d + l1 · mean‖f‖₁`` (``l1`` is ignored for TopK); it plugs
+into :class:`mechjax.train.loop.Problem` like any other loss.
 """
 
 from __future__ import annotations
@@ -43,11 +43,12 @@ ITERATIVE_TOP_K = 32
 
 
 def kth_largest(f: jax.Array, k: int, iterative: bool | None = None) -> jax.Array:
-  """The ``k``-th largest entry of each row of ``f`` (shape ``(..., 1)``), ties counted like ``lax.top_k``.
+  """The ``k``-th largest entry of each row of ``f`` (shape ``(..., 1)``), ties counted like
+  ``lax.top_k``.
 
-  ``iterative`` masks the row maximum ``k − 1`` times instead of calling ``lax.top_k``; the default uses it
-  for ``k <= ITERATIVE_TOP_K``. On CPU, XLA's ``top_k`` sorts every row: at ``k = 8`` the iterative
-  selection is several times faster (``python -m benchmarks.sae``).
+  ``iterative`` masks the row maximum ``k − 1`` times instead of calling ``lax.top_k``; the default
+  uses it for ``k <= ITERATIVE_TOP_K``. On CPU, XLA's ``top_k`` sorts every row: at ``k = 8`` the
+  iterative selection is several times faster (``python -m benchmarks.sae``).
   """
   if iterative is None:
     iterative = k <= ITERATIVE_TOP_K
@@ -74,7 +75,8 @@ def decoder(params) -> jax.Array:
 
 
 def sae_loss(model: SAE, params, x_NxD, l1: float = 1e-3):
-  """``(loss, metrics)``: ``mean‖x − x̂‖²/d + l1·mean‖f‖₁`` and the reconstruction MSE, L0 and L1."""
+  """``(loss, metrics)``: ``mean‖x − x̂‖²/d + l1·mean‖f‖₁`` and the reconstruction MSE, L0 and
+  L1."""
   x_hat, f = model.apply(params, x_NxD)
   mse = jnp.mean((x_hat - x_NxD) ** 2)
   l1_term = jnp.mean(jnp.sum(jnp.abs(f), axis=-1))

@@ -1,18 +1,20 @@
 """A small decoder-only pre-norm transformer with its residual stream exposed at named sites.
 
 Block ``l``: ``resid_mid = resid_pre + Attn(RMSNorm(resid_pre))``, ``resid_post = resid_mid +
-MLP(RMSNorm(resid_mid))`` (the MLP is dropped with ``attn_only``). RMSNorm has a gain and no bias; no
-layer has biases; the MLP is ReLU; attention is causal with learned absolute positions. Several linear
-readout heads (for example token, depth and validity for Dyck) share a final RMSNorm.
+MLP(RMSNorm(resid_mid))`` (the MLP is dropped with ``attn_only``). RMSNorm has a gain and no bias;
+no layer has biases; the MLP is ReLU; attention is causal with learned absolute positions. Several
+linear readout heads (for example token, depth and validity for Dyck) share a final RMSNorm.
 
 ``model.apply(params, tokens, return_sites=True)`` also returns ``{"resid_pre_0", "resid_mid_0",
-"resid_post_0", …}``, each ``(B, T, d_model)``: the activations the alignment pillar compares across seeds.
-``model.apply(params, tokens, mutable=["intermediates"])`` also returns every layer's attention pattern,
-``(B, heads, T_query, T_key)``, at ``["intermediates"]["attn_{l}"]["attention"][0]`` (see :func:`attention_patterns`).
-``steer={site: v}`` adds ``v`` (``(d_model,)`` or anything broadcastable to ``(B, T, d_model)``) to the
-stream at that site, and everything downstream (later sites included) sees the steered stream.
-:func:`fold_rmsnorm_gains` moves every RMSNorm gain into the weights that read the normalised stream, which
-leaves the function unchanged and makes the residual basis the only free choice between models.
+"resid_post_0", …}``, each ``(B, T, d_model)``: the activations the alignment pillar compares across
+seeds. ``model.apply(params, tokens, mutable=["intermediates"])`` also returns every layer's
+attention pattern, ``(B, heads, T_query, T_key)``, at
+``["intermediates"]["attn_{l}"]["attention"][0]`` (see :func:`attention_patterns`). ``steer={site:
+v}`` adds ``v`` (``(d_model,)`` or anything broadcastable to ``(B, T, d_model)``) to the stream at
+that site, and everything downstream (later sites included) sees the steered stream.
+:func:`fold_rmsnorm_gains` moves every RMSNorm gain into the weights that read the normalised
+stream, which leaves the function unchanged and makes the residual basis the only free choice
+between models.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import jax.numpy as jnp
 
 
 def leading(v: jax.Array, x: jax.Array) -> jax.Array:
-  """``v`` with length-1 axes in front, to the rank of ``x`` (the explicit form of NumPy's rank promotion)."""
+  """``v`` with length-1 axes in front, to the rank of ``x`` (the explicit form of NumPy's rank
+  promotion)."""
   return jnp.expand_dims(v, tuple(range(x.ndim - v.ndim)))
 
 
@@ -51,7 +54,9 @@ class Attention(nn.Module):
     causal = jnp.tril(jnp.ones((t, t), bool))
     weights = jax.nn.softmax(jnp.where(causal[None, None], scores_BxHxTxT, -1e30), axis=-1)
     if not self.is_initializing():  # init must return params only
-      self.sow("intermediates", "attention", weights)  # (B, H, T_q, T_k); kept only with mutable=["intermediates"]
+      self.sow(
+        "intermediates", "attention", weights
+      )  # (B, H, T_q, T_k); kept only with mutable=["intermediates"]
     z_BxTxHxd = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
     return nn.DenseGeneral(d, axis=(-2, -1), use_bias=False, name="out")(z_BxTxHxd)
 
@@ -69,7 +74,9 @@ class Transformer(nn.Module):
   @nn.compact
   def __call__(self, tokens_BxT, return_sites: bool = False, steer: dict | None = None):
     if tokens_BxT.ndim != 2 or tokens_BxT.shape[1] > self.max_len:
-      raise ValueError(f"tokens must have shape (B, T) with T <= max_len={self.max_len}; got {tokens_BxT.shape}")
+      raise ValueError(
+        f"tokens must have shape (B, T) with T <= max_len={self.max_len}; got {tokens_BxT.shape}"
+      )
     steer = dict(steer or {})
     unknown = sorted(set(steer) - set(site_names(self.num_layers)))
     if unknown:
@@ -92,23 +99,31 @@ class Transformer(nn.Module):
       x = x + Attention(self.num_heads, name=f"attn_{layer}")(RMSNorm(name=f"norm_attn_{layer}")(x))
       x = site(f"resid_mid_{layer}", x)
       if not self.attn_only:
-        hidden = nn.relu(nn.Dense(self.d_mlp, use_bias=False, name=f"mlp_in_{layer}")(RMSNorm(name=f"norm_mlp_{layer}")(x)))
+        hidden = nn.relu(
+          nn.Dense(self.d_mlp, use_bias=False, name=f"mlp_in_{layer}")(
+            RMSNorm(name=f"norm_mlp_{layer}")(x)
+          )
+        )
         x = x + nn.Dense(self.d_model, use_bias=False, name=f"mlp_out_{layer}")(hidden)
       x = site(f"resid_post_{layer}", x)
     normed = RMSNorm(name="norm_final")(x)
-    outputs = {name: nn.Dense(size, use_bias=False, name=f"head_{name}")(normed) for name, size in self.heads}
+    outputs = {
+      name: nn.Dense(size, use_bias=False, name=f"head_{name}")(normed) for name, size in self.heads
+    }
     return (outputs, sites) if return_sites else outputs
 
 
 def attention_patterns(model: Transformer, params, tokens_BxT) -> jax.Array:
   """Every layer's attention weights, ``(layers, B, heads, T_query, T_key)``."""
   _, state = model.apply(params, tokens_BxT, mutable=["intermediates"])
-  return jnp.stack([state["intermediates"][f"attn_{l}"]["attention"][0] for l in range(model.num_layers)])
+  return jnp.stack(
+    [state["intermediates"][f"attn_{l}"]["attention"][0] for l in range(model.num_layers)]
+  )
 
 
 def site_names(num_layers: int) -> list[str]:
-  """Every residual site in the order the stream passes them. ``resid_pre_{l+1}`` is the same point of the
-  stream as ``resid_post_{l}`` (steering both adds both vectors there)."""
+  """Every residual site in the order the stream passes them. ``resid_pre_{l+1}`` is the same point
+  of the stream as ``resid_post_{l}`` (steering both adds both vectors there)."""
   names = []
   for layer in range(num_layers):
     names += [f"resid_pre_{layer}", f"resid_mid_{layer}", f"resid_post_{layer}"]
@@ -116,7 +131,8 @@ def site_names(num_layers: int) -> list[str]:
 
 
 def fold_rmsnorm_gains(params: dict, num_layers: int, attn_only: bool = False) -> dict:
-  """Returns params with every RMSNorm gain set to 1 and multiplied into the weights that read its output.
+  """Returns params with every RMSNorm gain set to 1 and multiplied into the weights that read its
+  output.
 
   ``RMSNorm(x)·g @ W = RMSNorm(x) @ (diag(g) W)``, so the function is unchanged.
   """
@@ -139,19 +155,22 @@ def fold_rmsnorm_gains(params: dict, num_layers: int, attn_only: bool = False) -
   return p
 
 
-def rotate_residual(params: dict, q: jax.Array, num_layers: int, attn_only: bool = False, scale: float = 1.0) -> dict:
-  """The same function with its residual stream expressed in another basis: every site becomes ``scale · x @ q``.
+def rotate_residual(
+  params: dict, q: jax.Array, num_layers: int, attn_only: bool = False, scale: float = 1.0
+) -> dict:
+  """The same function with its residual stream expressed in another basis: every site becomes
+  ``scale · x @ q``.
 
-  ``q`` must be orthogonal (``d_model × d_model``). RMSNorm commutes with rotations only when its gains are
-  uniform, so the gains are folded first (:func:`fold_rmsnorm_gains`). Then every weight that writes to
-  the stream (embeddings, attention output, MLP output) is multiplied by ``q`` on its output side and
-  every weight that reads it (query, key, value, MLP input, heads) by ``qᵀ`` on its input side. This is the
-  exact symmetry behind "polymorphism as rotation": two models related this way are indistinguishable by
-  their outputs, and their activations differ by exactly ``q``.
+  ``q`` must be orthogonal (``d_model × d_model``). RMSNorm commutes with rotations only when its
+  gains are uniform, so the gains are folded first (:func:`fold_rmsnorm_gains`). Then every weight
+  that writes to the stream (embeddings, attention output, MLP output) is multiplied by ``q`` on its
+  output side and every weight that reads it (query, key, value, MLP input, heads) by ``qᵀ`` on its
+  input side. This is the exact symmetry behind "polymorphism as rotation": two models related this
+  way are indistinguishable by their outputs, and their activations differ by exactly ``q``.
 
-  ``scale`` also multiplies the writers by ``scale``. Every reader sees the stream through an RMSNorm, so
-  this is a symmetry too, exact up to the norm's ``eps``: the residual stream of a pre-norm transformer
-  is determined only up to a rotation *and* a global scale.
+  ``scale`` also multiplies the writers by ``scale``. Every reader sees the stream through an
+  RMSNorm, so this is a symmetry too, exact up to the norm's ``eps``: the residual stream of a
+  pre-norm transformer is determined only up to a rotation *and* a global scale.
   """
   p = fold_rmsnorm_gains(params, num_layers, attn_only)
   inner = p["params"]

@@ -1,16 +1,19 @@
-"""Activation-space similarity: linear CKA, the Procrustes shape distance and mean canonical correlation.
+"""Activation-space similarity: linear CKA, the Procrustes shape distance and mean canonical
+correlation.
 
-Activations are ``x_NxD`` and ``y_NxE`` (the same ``N`` inputs, any feature counts). Everything is computed in
-feature space (``D × E`` cross-covariances), never with an ``N × N`` Gram matrix, so ``N`` can be large.
+Activations are ``x_NxD`` and ``y_NxE`` (the same ``N`` inputs, any feature counts). Everything is
+computed in feature space (``D × E`` cross-covariances), never with an ``N × N`` Gram matrix, so
+``N`` can be large.
 
-* Linear CKA (Kornblith et al. 2019): ``‖X̄ᵀȲ‖²_F / (‖X̄ᵀX̄‖_F ‖ȲᵀȲ‖_F)`` after centring the columns.
-  Invariant to orthogonal maps and isotropic scaling of either side, not to general invertible maps.
-  The biased estimator is large even for independent wide data (``D ≫ N``); ``debiased=True`` uses the
-  unbiased HSIC estimator (Song et al. 2012), written in feature space, which can be negative.
+* Linear CKA (Kornblith et al. 2019): ``‖X̄ᵀȲ‖²_F / (‖X̄ᵀX̄‖_F ‖ȲᵀȲ‖_F)`` after centring the
+  columns. Invariant to orthogonal maps and isotropic scaling of either side, not to general
+  invertible maps. The biased estimator is large even for independent wide data (``D ≫ N``);
+  ``debiased=True`` uses the unbiased HSIC estimator (Song et al. 2012), written in feature space,
+  which can be negative.
 * Procrustes (angular shape) distance (Williams et al. 2021):
   ``arccos(‖X̄ᵀȲ‖_* / (‖X̄‖_F ‖Ȳ‖_F))`` — a metric on shapes modulo rotation, translation and scale.
-* Mean CCA: the mean of the canonical correlations, the singular values of ``Q_xᵀ Q_y`` for orthonormal
-  bases of the centred column spaces.
+* Mean CCA: the mean of the canonical correlations, the singular values of ``Q_xᵀ Q_y`` for
+  orthonormal bases of the centred column spaces.
 """
 
 from __future__ import annotations
@@ -25,14 +28,18 @@ def _center(x):
 
 def _check(x, y):
   if x.ndim < 2 or y.ndim < 2 or x.shape[-2] != y.shape[-2]:
-    raise ValueError(f"x and y must have shapes (..., n, d) and (..., n, e) with the same n; got {x.shape} and {y.shape}")
+    raise ValueError(
+      f"x and y must have shapes (..., n, d) and (..., n, e) with the same n; got {x.shape} and "
+      f"{y.shape}"
+    )
 
 
 def _hsic_unbiased_feature_space(x, y):
-  """Song et al.'s unbiased HSIC with linear kernels K = XXᵀ, L = YYᵀ, without forming N × N matrices.
+  """Song et al.'s unbiased HSIC with linear kernels K = XXᵀ, L = YYᵀ, without forming N × N
+  matrices.
 
-  HSIC₁ = [tr(K̃L̃) + 1ᵀK̃1·1ᵀL̃1 / ((n−1)(n−2)) − 2/(n−2)·1ᵀK̃L̃1] / (n(n−3)), with K̃, L̃ the Grams with zeroed
-  diagonals. Each term reduces to feature-space products and the row norms.
+  HSIC₁ = [tr(K̃L̃) + 1ᵀK̃1·1ᵀL̃1 / ((n−1)(n−2)) − 2/(n−2)·1ᵀK̃L̃1] / (n(n−3)), with K̃, L̃ the
+  Grams with zeroed diagonals. Each term reduces to feature-space products and the row norms.
   """
   n = x.shape[-2]
   kd = jnp.sum(x * x, axis=-1)  # diag K
@@ -49,7 +56,8 @@ def _hsic_unbiased_feature_space(x, y):
 
 
 def linear_cka(x: jax.Array, y: jax.Array, debiased: bool = False) -> jax.Array:
-  """Linear CKA between ``x_NxD`` and ``y_NxE`` (feature-space formulas; batched over leading axes)."""
+  """Linear CKA between ``x_NxD`` and ``y_NxE`` (feature-space formulas; batched over leading
+  axes)."""
   _check(x, y)
   if debiased:
     if x.shape[-2] < 4:
@@ -65,7 +73,8 @@ def linear_cka(x: jax.Array, y: jax.Array, debiased: bool = False) -> jax.Array:
 
 
 def procrustes_distance(x: jax.Array, y: jax.Array) -> jax.Array:
-  """Angular Procrustes distance ``arccos(‖X̄ᵀȲ‖_* / (‖X̄‖_F ‖Ȳ‖_F))`` in radians, in ``[0, π/2]``."""
+  """Angular Procrustes distance ``arccos(‖X̄ᵀȲ‖_* / (‖X̄‖_F ‖Ȳ‖_F))`` in radians, in ``[0,
+  π/2]``."""
   _check(x, y)
   x, y = _center(x), _center(y)
   nuc = jnp.sum(jnp.linalg.svd(jnp.swapaxes(x, -1, -2) @ y, compute_uv=False), axis=-1)
@@ -74,8 +83,8 @@ def procrustes_distance(x: jax.Array, y: jax.Array) -> jax.Array:
 
 
 def mean_cca(x: jax.Array, y: jax.Array, rtol: float = 1e-6) -> jax.Array:
-  """Mean canonical correlation between the centred column spaces of ``x`` and ``y`` (directions with
-  singular value below ``rtol · σ_max`` are dropped as rank-deficient)."""
+  """Mean canonical correlation between the centred column spaces of ``x`` and ``y`` (directions
+  with singular value below ``rtol · σ_max`` are dropped as rank-deficient)."""
   _check(x, y)
 
   def basis(a):

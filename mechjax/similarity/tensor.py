@@ -1,25 +1,28 @@
 """Tensor similarity: a weight-space similarity of bilinear networks that respects their symmetries.
 
-Cohen, Wroe, Riggs Smith, Albuquerque, Nissen Gonzalez & Dooms (2026), "When are two networks the same?
-Tensor similarity for mechanistic interpretability", arXiv:2605.15183.
+Cohen, Wroe, Riggs Smith, Albuquerque, Nissen Gonzalez & Dooms (2026), "When are two networks the
+same? Tensor similarity for mechanistic interpretability", arXiv:2605.15183.
 
-Networks are lists in the weight format of :mod:`mechjax.models.bilinear`: linear layers ``{"weight": W}``
-and bilinear layers ``{"left": L, "right": R, "out": D}``, ``y = D[(L x) ⊙ (R x)]``.
+Networks are lists in the weight format of :mod:`mechjax.models.bilinear`: linear layers
+``{"weight": W}`` and bilinear layers ``{"left": L, "right": R, "out": D}``, ``y = D[(L x) ⊙ (R
+x)]``.
 
 **Which tensor.** A network with ``n`` bilinear layers is a polynomial of degree ``2ⁿ``; its weights
-contract to a tensor ``T`` with one output index and ``2ⁿ`` input indices, ``f(x) = T(x, …, x)``. For one
-layer, ``B_kij = Σ_h D_kh L_hi R_hj``. The tensor used here is *node-wise symmetrised*: every bilinear node
-is replaced by the average of itself and its ``L ↔ R`` swap, ``B^s = ½(B + B^{ᵀij})``, so the two input
-sub-trees of each node are exchangeable. With one bilinear layer that is the full symmetrisation, and
-``f`` determines ``B^s``. At depth ≥ 2 it is *not* the full symmetrisation over all ``2ⁿ`` input slots:
-two networks can compute the same polynomial with different node-wise tensors (for example a residual
-block against an unrolled copy of it), and then their similarity is below 1. What holds at every depth:
+contract to a tensor ``T`` with one output index and ``2ⁿ`` input indices, ``f(x) = T(x, …, x)``.
+For one layer, ``B_kij = Σ_h D_kh L_hi R_hj``. The tensor used here is *node-wise symmetrised*:
+every bilinear node is replaced by the average of itself and its ``L ↔ R`` swap, ``B^s = ½(B +
+B^{ᵀij})``, so the two input sub-trees of each node are exchangeable. With one bilinear layer that
+is the full symmetrisation, and ``f`` determines ``B^s``. At depth ≥ 2 it is *not* the full
+symmetrisation over all ``2ⁿ`` input slots: two networks can compute the same polynomial with
+different node-wise tensors (for example a residual block against an unrolled copy of it), and then
+their similarity is below 1. What holds at every depth:
 
 * the similarity is invariant to the weight symmetries: hidden-unit permutations, per-unit rescaling
-  ``(l, r, d) → (a·l, b·r, d/(ab))``, the ``L ↔ R`` swap of any unit, and any invertible change of basis
-  between layers that the next layer undoes (a residual-stream rotation, embedding and head included);
-* it is 1 only if the two node-wise tensors are proportional, hence only if the two functions are equal
-  up to a positive factor (cosine similarity ignores scale; :func:`tensor_inner` does not).
+  ``(l, r, d) → (a·l, b·r, d/(ab))``, the ``L ↔ R`` swap of any unit, and any invertible change of
+  basis between layers that the next layer undoes (a residual-stream rotation, embedding and head
+  included);
+* it is 1 only if the two node-wise tensors are proportional, hence only if the two functions are
+  equal up to a positive factor (cosine similarity ignores scale; :func:`tensor_inner` does not).
 
 **The Gram recursion** computes ``⟨T_a, T_b⟩`` without the ``(in)^{2ⁿ}`` tensor: with ``G₀ = I``,
 
@@ -28,18 +31,18 @@ block against an unrolled copy of it), and then their similarity is below 1. Wha
   (``symmetrize=False`` keeps only the first product: the unsymmetrised tensor);
 * ``⟨T_a, T_b⟩ = tr G``, and the per-output slice ``⟨T_a[k], T_b[k]⟩ = G_kk``.
 
-A layer costs ``O(h_a h_b (d_a + d_b) + o_a o_b (h_a + h_b))``. Since the degree doubles at each bilinear
-layer, ``G`` is carried as ``exp(c) · Ĝ`` with ``max |Ĝ| = 1`` and the log-scale ``c`` doubling through
-each bilinear layer, so deep or wide networks neither overflow nor underflow.
+A layer costs ``O(h_a h_b (d_a + d_b) + o_a o_b (h_a + h_b))``. Since the degree doubles at each
+bilinear layer, ``G`` is carried as ``exp(c) · Ĝ`` with ``max |Ĝ| = 1`` and the log-scale ``c``
+doubling through each bilinear layer, so deep or wide networks neither overflow nor underflow.
 
 **Gaussian inputs.** For independent copies ``x₁ … x_{2ⁿ} ~ N(0, I)``, ``E⟨T_a(x₁, …), T_b(x₁, …)⟩ =
-⟨T_a, T_b⟩`` exactly at every depth (the multilinear identity; :func:`multilinear_apply`). For the *same*
-input ``x ~ N(0, I)`` in every slot, ``measure="gaussian"`` gives ``E_x⟨f_a(x), f_b(x)⟩`` exactly for
-networks with one bilinear layer (linear layers around it are folded in): by Isserlis,
-``E⟨f_a, f_b⟩ = 2⟨B_a^s, B_b^s⟩ + ⟨t_a, t_b⟩`` with ``t_k = tr Q_k = E f_k``, plus the linear and constant
-terms when the input is ``[1; x]`` (``constant=True``). At depth ≥ 2 the same-input expectation is an
-8-fold (and higher) Gaussian moment with no cheap closed form; it is refused rather than approximated
-(:func:`monte_carlo_inner` estimates it).
+⟨T_a, T_b⟩`` exactly at every depth (the multilinear identity; :func:`multilinear_apply`). For the
+*same* input ``x ~ N(0, I)`` in every slot, ``measure="gaussian"`` gives ``E_x⟨f_a(x), f_b(x)⟩``
+exactly for networks with one bilinear layer (linear layers around it are folded in): by Isserlis,
+``E⟨f_a, f_b⟩ = 2⟨B_a^s, B_b^s⟩ + ⟨t_a, t_b⟩`` with ``t_k = tr Q_k = E f_k``, plus the linear and
+constant terms when the input is ``[1; x]`` (``constant=True``). At depth ≥ 2 the same-input
+expectation is an 8-fold (and higher) Gaussian moment with no cheap closed form; it is refused
+rather than approximated (:func:`monte_carlo_inner` estimates it).
 """
 
 from __future__ import annotations
@@ -60,8 +63,10 @@ MEASURES = ("frobenius", "gaussian")
 def _networks(a, b) -> tuple[bl.Network, bl.Network]:
   a, b = bl.validate(a), bl.validate(b)
   if bl.input_dim(a) != bl.input_dim(b) or bl.output_dim(a) != bl.output_dim(b):
-    raise ValueError(f"the two networks must share input and output widths; got {bl.input_dim(a)}→"
-                     f"{bl.output_dim(a)} and {bl.input_dim(b)}→{bl.output_dim(b)}")
+    raise ValueError(
+      f"the two networks must share input and output widths; got {bl.input_dim(a)}→"
+      f"{bl.output_dim(a)} and {bl.input_dim(b)}→{bl.output_dim(b)}"
+    )
   return a, b
 
 
@@ -74,16 +79,21 @@ def _bilinear_core(la, ra, lb, rb, g, symmetrize):
 
 
 def log_gram(a, b, *, symmetrize: bool = True) -> tuple[jax.Array, jax.Array]:
-  """``(c, Ĝ)`` with ``G = exp(c) · Ĝ`` the final ``(o_a, o_b)`` Gram matrix of the recursion (module doc).
+  """``(c, Ĝ)`` with ``G = exp(c) · Ĝ`` the final ``(o_a, o_b)`` Gram matrix of the recursion
+  (module doc).
 
   ``⟨T_a, T_b⟩ = exp(c) tr Ĝ``; ``exp(c) Ĝ_kk`` is the inner product of the output-``k`` slices.
   """
   a, b = _networks(a, b)
   kinds_a, kinds_b = [bl.layer_kind(x) for x in a], [bl.layer_kind(x) for x in b]
   if kinds_a != kinds_b:
-    raise ValueError("the recursion pairs layer i of one network with layer i of the other, so the two must have "
-                     f"the same sequence of layer kinds; got {kinds_a} and {kinds_b}")
-  dt = jnp.result_type(*[jnp.asarray(v).dtype for layer in a + b for v in layer.values()], jnp.float32)
+    raise ValueError(
+      "the recursion pairs layer i of one network with layer i of the other, so the two must have "
+      f"the same sequence of layer kinds; got {kinds_a} and {kinds_b}"
+    )
+  dt = jnp.result_type(
+    *[jnp.asarray(v).dtype for layer in a + b for v in layer.values()], jnp.float32
+  )
   cast = lambda net: [{k: jnp.asarray(v, dt) for k, v in layer.items()} for layer in net]
   return _log_gram(cast(a), cast(b), symmetrize)
 
@@ -112,13 +122,16 @@ def _from_log(c, x):
   return jnp.exp(c) * x
 
 
-def tensor_inner(a, b, *, measure: str = "frobenius", symmetrize: bool = True, constant: bool = False) -> jax.Array:
+def tensor_inner(
+  a, b, *, measure: str = "frobenius", symmetrize: bool = True, constant: bool = False
+) -> jax.Array:
   """``⟨T_a, T_b⟩``: the inner product of the two networks' (node-wise symmetrised) tensors.
 
   ``measure="frobenius"``: the Frobenius inner product, via the Gram recursion at any depth.
   ``measure="gaussian"``: ``E_x⟨f_a(x), f_b(x)⟩`` for ``x ~ N(0, I)`` (the input is ``[1; x]`` with
   ``constant=True``); exact, and only for networks with one bilinear layer (module doc).
-  May overflow for very deep or large networks; :func:`log_gram` and :func:`tensor_similarity` do not.
+  May overflow for very deep or large networks; :func:`log_gram` and :func:`tensor_similarity` do
+  not.
   """
   if measure == "frobenius":
     c, g = log_gram(a, b, symmetrize=symmetrize)
@@ -129,23 +142,30 @@ def tensor_inner(a, b, *, measure: str = "frobenius", symmetrize: bool = True, c
 
 
 def fold_single_bilinear(layers) -> bl.Layer:
-  """A network with exactly one bilinear layer as that one layer, the linear layers folded into it."""
+  """A network with exactly one bilinear layer as that one layer, the linear layers folded into
+  it."""
   layers = bl.validate(layers)
   kinds = [bl.layer_kind(x) for x in layers]
   if kinds.count("bilinear") != 1:
-    raise ValueError(f"the exact Gaussian inner product needs exactly one bilinear layer (linear layers around it "
-                     f"are folded in); got layer kinds {kinds}. At depth >= 2 use measure='frobenius' (the "
-                     "independent-copies expectation) or monte_carlo_inner")
+    raise ValueError(
+      f"the exact Gaussian inner product needs exactly one bilinear layer (linear layers around it "
+      f"are folded in); got layer kinds {kinds}. At depth >= 2 use measure='frobenius' (the "
+      "independent-copies expectation) or monte_carlo_inner"
+    )
   i = kinds.index("bilinear")
   pre = jnp.eye(bl.input_dim(layers))
   for x in layers[:i]:
     pre = jnp.asarray(x["weight"]) @ pre
   post = None
-  for x in layers[i + 1:]:
+  for x in layers[i + 1 :]:
     post = jnp.asarray(x["weight"]) if post is None else jnp.asarray(x["weight"]) @ post
   lay = layers[i]
   out = jnp.asarray(lay["out"]) if post is None else post @ jnp.asarray(lay["out"])
-  return {"left": jnp.asarray(lay["left"]) @ pre, "right": jnp.asarray(lay["right"]) @ pre, "out": out}
+  return {
+    "left": jnp.asarray(lay["left"]) @ pre,
+    "right": jnp.asarray(lay["right"]) @ pre,
+    "out": out,
+  }
 
 
 def _sym_frobenius_single(la, ra, da, lb, rb, db):
@@ -156,9 +176,9 @@ def _sym_frobenius_single(la, ra, da, lb, rb, db):
 def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
   """``E_x⟨f_a(x), f_b(x)⟩``, ``x ~ N(0, I)``, for networks with one bilinear layer (Isserlis).
 
-  Writing each output as ``f_k = c_k + b_k·x + xᵀQ_k x`` (``c = b = 0`` unless ``constant``, when the
-  network reads ``[1; x]``): ``E f_a f_b = Σ_k [2 tr(Q_ak^s Q_bk^s) + tr Q_ak tr Q_bk + b_ak·b_bk +
-  c_ak c_bk + c_ak tr Q_bk + c_bk tr Q_ak]``. Nothing of size ``d²·o`` is formed.
+  Writing each output as ``f_k = c_k + b_k·x + xᵀQ_k x`` (``c = b = 0`` unless ``constant``, when
+  the network reads ``[1; x]``): ``E f_a f_b = Σ_k [2 tr(Q_ak^s Q_bk^s) + tr Q_ak tr Q_bk +
+  b_ak·b_bk + c_ak c_bk + c_ak tr Q_bk + c_bk tr Q_ak]``. Nothing of size ``d²·o`` is formed.
   """
   a, b = _networks(a, b)
   fa, fb = fold_single_bilinear(a), fold_single_bilinear(b)
@@ -185,29 +205,40 @@ def _cosine_from_logs(cab, gab, caa, gaa, cbb, gbb):
   return gab / jnp.sqrt(jnp.abs(gaa * gbb)) * jnp.exp(cab - 0.5 * (caa + cbb))
 
 
-def tensor_similarity(a, b, *, measure: str = "frobenius", symmetrize: bool = True, constant: bool = False) -> jax.Array:
-  """``⟨T_a, T_b⟩ / (‖T_a‖ ‖T_b‖)``, in ``[-1, 1]``; 1 iff the tensors are positively proportional."""
+def tensor_similarity(
+  a, b, *, measure: str = "frobenius", symmetrize: bool = True, constant: bool = False
+) -> jax.Array:
+  """``⟨T_a, T_b⟩ / (‖T_a‖ ‖T_b‖)``, in ``[-1, 1]``; 1 iff the tensors are positively
+  proportional."""
   if measure == "gaussian":
     ab, aa, bb = (gaussian_inner(x, y, constant=constant) for x, y in ((a, b), (a, a), (b, b)))
     return ab / jnp.sqrt(aa * bb)
   if measure != "frobenius":
     raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
-  (cab, gab), (caa, gaa), (cbb, gbb) = (log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b)))
+  (cab, gab), (caa, gaa), (cbb, gbb) = (
+    log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b))
+  )
   return _cosine_from_logs(cab, jnp.trace(gab), caa, jnp.trace(gaa), cbb, jnp.trace(gbb))
 
 
 def slice_similarity(a, b, *, symmetrize: bool = True) -> jax.Array:
-  """Per-output tensor similarity: entry ``k`` compares the output-``k`` slices ``T_a[k]`` and ``T_b[k]``
-  (for a classifier, how alike the two networks compute class ``k``'s logit). Shape ``(o,)``."""
-  (cab, gab), (caa, gaa), (cbb, gbb) = (log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b)))
+  """Per-output tensor similarity: entry ``k`` compares the output-``k`` slices ``T_a[k]`` and
+  ``T_b[k]`` (for a classifier, how alike the two networks compute class ``k``'s logit). Shape
+  ``(o,)``."""
+  (cab, gab), (caa, gaa), (cbb, gbb) = (
+    log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b))
+  )
   return _cosine_from_logs(cab, jnp.diag(gab), caa, jnp.diag(gaa), cbb, jnp.diag(gbb))
 
 
-def similarity_matrix(networks: Sequence[bl.Network], *, symmetrize: bool = True, slice_index: int | None = None) -> np.ndarray:
+def similarity_matrix(
+  networks: Sequence[bl.Network], *, symmetrize: bool = True, slice_index: int | None = None
+) -> np.ndarray:
   """Tensor similarity between every pair of ``networks`` (each Gram computed once), ``(K, K)``.
 
-  With ``slice_index`` the entries compare that output slice only. The networks must share one structure
-  (layer kinds and shapes), as checkpoints of one run do; the pairs are one vmapped program.
+  With ``slice_index`` the entries compare that output slice only. The networks must share one
+  structure (layer kinds and shapes), as checkpoints of one run do; the pairs are one vmapped
+  program.
   """
   nets = [bl.validate(n) for n in networks]
   if not nets:
@@ -215,9 +246,12 @@ def similarity_matrix(networks: Sequence[bl.Network], *, symmetrize: bool = True
   shapes = [[{k: np.shape(v) for k, v in layer.items()} for layer in n] for n in nets]
   odd = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
   if odd is not None:
-    raise ValueError(f"similarity_matrix needs networks of one structure (checkpoints of one run); network {odd} has "
-                     f"layers {shapes[odd]}, network 0 has {shapes[0]}. Compare differing networks pairwise with "
-                     "tensor_similarity")
+    raise ValueError(
+      f"similarity_matrix needs networks of one structure (checkpoints of one run); network {odd} "
+      "has "
+      f"layers {shapes[odd]}, network 0 has {shapes[0]}. Compare differing networks pairwise with "
+      "tensor_similarity"
+    )
   stacked = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *nets)
   k = len(nets)
   ii, jj = np.triu_indices(k)
@@ -236,10 +270,14 @@ def similarity_matrix(networks: Sequence[bl.Network], *, symmetrize: bool = True
   logs[jj, ii], vals[jj, ii] = c, v
   d_log, d_val = np.diag(logs), np.diag(vals)
   with np.errstate(divide="ignore", invalid="ignore"):
-    return vals / np.sqrt(np.abs(np.outer(d_val, d_val))) * np.exp(logs - 0.5 * (d_log[:, None] + d_log[None, :]))
+    return (
+      vals
+      / np.sqrt(np.abs(np.outer(d_val, d_val)))
+      * np.exp(logs - 0.5 * (d_log[:, None] + d_log[None, :]))
+    )
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # Independent input copies and Monte Carlo.
 
 
@@ -249,8 +287,10 @@ def multilinear_apply(layers, xs, *, symmetrize: bool = True) -> jax.Array:
   layers = bl.validate(layers)
   m = 2 ** bl.num_bilinear(layers)
   if xs.shape[0] != m:
-    raise ValueError(f"a network with {bl.num_bilinear(layers)} bilinear layers takes {m} input copies; got "
-                     f"{xs.shape[0]} (xs has shape {xs.shape})")
+    raise ValueError(
+      f"a network with {bl.num_bilinear(layers)} bilinear layers takes {m} input copies; got "
+      f"{xs.shape[0]} (xs has shape {xs.shape})"
+    )
   hs = [x for x in xs]  # one activation per group of copies
   for layer in layers:
     if "weight" in layer:
@@ -267,10 +307,19 @@ def multilinear_apply(layers, xs, *, symmetrize: bool = True) -> jax.Array:
   return hs[0]
 
 
-def monte_carlo_inner(a, b, key: jax.Array, num_samples: int, *, independent_copies: bool = False,
-                      constant: bool = False, batch: int = 4096) -> tuple[float, float]:
+def monte_carlo_inner(
+  a,
+  b,
+  key: jax.Array,
+  num_samples: int,
+  *,
+  independent_copies: bool = False,
+  constant: bool = False,
+  batch: int = 4096,
+) -> tuple[float, float]:
   """Monte-Carlo ``E⟨f_a(x), f_b(x)⟩`` over ``x ~ N(0, I)`` (or, with ``independent_copies``, of the
-  multilinear forms on independent copies, whose mean is exactly ``⟨T_a, T_b⟩``). Returns (mean, s.e.)."""
+  multilinear forms on independent copies, whose mean is exactly ``⟨T_a, T_b⟩``). Returns (mean,
+  s.e.)."""
   a, b = _networks(a, b)
   d = bl.input_dim(a) - (1 if constant else 0)
   m = 2 ** max(bl.num_bilinear(a), bl.num_bilinear(b)) if independent_copies else 1
@@ -293,18 +342,21 @@ def monte_carlo_inner(a, b, key: jax.Array, num_samples: int, *, independent_cop
   return float(vals.mean()), float(vals.std(ddof=1) / np.sqrt(len(vals)))
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # Brute force (small sizes only), for checks and the benchmark.
 
 
 def materialize(layers, *, symmetrize: bool = True) -> jax.Array:
-  """The node-wise tensor itself, shape ``(out, in, …, in)`` with ``2ⁿ`` input axes. Exponential in depth."""
+  """The node-wise tensor itself, shape ``(out, in, …, in)`` with ``2ⁿ`` input axes. Exponential in
+  depth."""
   return _materialize(bl.validate(layers), symmetrize)
 
 
 @functools.partial(jax.jit, static_argnums=1)
 def _materialize(layers, symmetrize):
-  t = jnp.eye(bl.input_dim(layers), dtype=jax.tree.leaves(layers)[0].dtype)  # (width, in^m), flattened
+  t = jnp.eye(
+    bl.input_dim(layers), dtype=jax.tree.leaves(layers)[0].dtype
+  )  # (width, in^m), flattened
   m = 1
   for layer in layers:
     if "weight" in layer:
@@ -331,25 +383,28 @@ def _brute_force_inner(a, b, symmetrize):
   return jnp.vdot(_materialize(a, symmetrize), _materialize(b, symmetrize))
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # Baselines.
 
 
 def weight_cosine(a, b) -> jax.Array:
-  """Cosine between the two networks' flattened weights (layer by layer, in order). Depends on the basis:
-  a hidden-unit permutation alone changes it."""
+  """Cosine between the two networks' flattened weights (layer by layer, in order). Depends on the
+  basis: a hidden-unit permutation alone changes it."""
   a, b = bl.validate(a), bl.validate(b)
   fa = [jnp.ravel(jnp.asarray(v)) for layer in a for _, v in sorted(layer.items())]
   fb = [jnp.ravel(jnp.asarray(v)) for layer in b for _, v in sorted(layer.items())]
   if [x.shape for x in fa] != [x.shape for x in fb]:
-    raise ValueError("weight cosine needs networks of identical shapes; got "
-                     f"{[x.shape for x in fa]} and {[x.shape for x in fb]}")
+    raise ValueError(
+      "weight cosine needs networks of identical shapes; got "
+      f"{[x.shape for x in fa]} and {[x.shape for x in fb]}"
+    )
   va, vb = jnp.concatenate(fa), jnp.concatenate(fb)
   return va @ vb / (jnp.linalg.norm(va) * jnp.linalg.norm(vb))
 
 
 def output_cosine(ya: jax.Array, yb: jax.Array, *, center: bool = False) -> jax.Array:
-  """Behavioural similarity: cosine between two networks' outputs ``(N, o)`` on the same inputs, flattened.
+  """Behavioural similarity: cosine between two networks' outputs ``(N, o)`` on the same inputs,
+  flattened.
 
   ``center=True`` subtracts each input's mean logit first (softmax ignores that shift)."""
   if ya.shape != yb.shape:
@@ -362,8 +417,8 @@ def output_cosine(ya: jax.Array, yb: jax.Array, *, center: bool = False) -> jax.
 
 
 def cosine_matrix(vectors_KxN: jax.Array) -> np.ndarray:
-  """Pairwise cosines of the rows (``(K, N)``, any ``N``), ``(K, K)``: weight or output cosine of many
-  checkpoints at once."""
+  """Pairwise cosines of the rows (``(K, N)``, any ``N``), ``(K, K)``: weight or output cosine of
+  many checkpoints at once."""
   v = jnp.asarray(vectors_KxN).reshape(vectors_KxN.shape[0], -1)
   v = v / jnp.linalg.norm(v, axis=1, keepdims=True)
   return np.asarray(v @ v.T)
@@ -373,8 +428,8 @@ def cka_matrix(acts_KxNxD: jax.Array) -> np.ndarray:
   """Linear CKA (:func:`mechjax.similarity.representational.linear_cka`) between every pair of ``K``
   activation sets on the same ``N`` inputs, ``(K, K)``.
 
-  All pairs come from one ``(K·D) × (K·D)`` cross-covariance of the centred activations, so the cost is
-  one matrix product, not ``K²`` of them.
+  All pairs come from one ``(K·D) × (K·D)`` cross-covariance of the centred activations, so the cost
+  is one matrix product, not ``K²`` of them.
   """
   acts = jnp.asarray(acts_KxNxD)
   if acts.ndim != 3:

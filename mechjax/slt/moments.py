@@ -1,11 +1,12 @@
-"""Streamed first and cross moments of posterior draws, so a covariance needs memory ``K × M`` whatever
-the number of draws.
+"""Streamed first and cross moments of posterior draws, so a covariance needs memory ``K × M``
+whatever the number of draws.
 
-:class:`Moments` keeps the running means of ``φ`` (K observables) and ``ΔL`` (M loss changes) and the
-cross-moment ``Σ (φ − φ̄)(ΔL − ΔL̄)ᵀ`` (Welford's update; Chan, Golub & LeVeque 1979 to merge chains).
-:class:`StreamedMoments` is the accumulator that :func:`mechjax.slt.sgld.sample_chains` carries through its
-scan: it observes every draw and adds it to the moments. This module depends on nothing else in mechjax,
-so both the sampler's users and :mod:`mechjax.slt.susceptibility` can import it.
+:class:`Moments` keeps the running means of ``φ`` (K observables) and ``ΔL`` (M loss changes) and
+the cross-moment ``Σ (φ − φ̄)(ΔL − ΔL̄)ᵀ`` (Welford's update; Chan, Golub & LeVeque 1979 to merge
+chains). :class:`StreamedMoments` is the accumulator that :func:`mechjax.slt.sgld.sample_chains`
+carries through its scan: it observes every draw and adds it to the moments. This module depends on
+nothing else in mechjax, so both the sampler's users and :mod:`mechjax.slt.susceptibility` can
+import it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import jax.numpy as jnp
 
 
 class Moments(NamedTuple):
-  """Running first and cross moments of ``(φ, ΔL)`` draws: ``count``, the means, and the cross-moment
-  ``Σ (φ − φ̄)(ΔL − ΔL̄)ᵀ``. A pytree, so it can be carried through ``lax.scan`` and vmapped over chains."""
+  """Running first and cross moments of ``(φ, ΔL)`` draws: ``count``, the means, and the
+  cross-moment ``Σ (φ − φ̄)(ΔL − ΔL̄)ᵀ``. A pytree, so it can be carried through ``lax.scan`` and
+  vmapped over chains."""
 
   count: jax.Array  # ()
   mean_phi: jax.Array  # (K,)
@@ -28,7 +30,9 @@ class Moments(NamedTuple):
 
 
 def moments_init(k: int, m: int, dtype=jnp.float32) -> Moments:
-  return Moments(jnp.zeros((), dtype), jnp.zeros((k,), dtype), jnp.zeros((m,), dtype), jnp.zeros((k, m), dtype))
+  return Moments(
+    jnp.zeros((), dtype), jnp.zeros((k,), dtype), jnp.zeros((m,), dtype), jnp.zeros((k, m), dtype)
+  )
 
 
 def moments_update(mom: Moments, phi_K, dloss_M, weight=1.0) -> Moments:
@@ -63,20 +67,20 @@ def moments_reduce(stacked: Moments) -> Moments:
 
 
 def moments_covariance(mom: Moments) -> jax.Array:
-  """The unbiased cross-covariance from streamed moments (equals the ``S − 1`` sample covariance of the
-  same draws). Stacked moments (leading axes on every field, e.g. one per chain) give one covariance per
-  entry."""
+  """The unbiased cross-covariance from streamed moments (equals the ``S − 1`` sample covariance of
+  the same draws). Stacked moments (leading axes on every field, e.g. one per chain) give one
+  covariance per entry."""
   return mom.comoment / (jnp.asarray(mom.count) - 1)[..., None, None]
 
 
 @dataclasses.dataclass(frozen=True)
 class StreamedMoments:
-  """A sampler accumulator: :class:`Moments` of ``observe(w, data) -> (φ_K, ΔL_M)`` over the draws ``w`` of
-  steps ``t ≥ start`` (burn-in excluded).
+  """A sampler accumulator: :class:`Moments` of ``observe(w, data) -> (φ_K, ΔL_M)`` over the draws
+  ``w`` of steps ``t ≥ start`` (burn-in excluded).
 
-  It is hashable (a frozen dataclass of its function and an int), so a sampler program built for it is
-  reused whenever an equal accumulator comes again; ``observe`` should itself be a module-level function
-  or another hashable callable, not a fresh lambda per call.
+  It is hashable (a frozen dataclass of its function and an int), so a sampler program built for it
+  is reused whenever an equal accumulator comes again; ``observe`` should itself be a module-level
+  function or another hashable callable, not a fresh lambda per call.
   """
 
   observe: Callable[[Any, Any], tuple[jax.Array, jax.Array]]
@@ -85,7 +89,10 @@ class StreamedMoments:
   def init(self, params_star, data) -> Moments:
     phi, dloss = jax.eval_shape(self.observe, params_star, data)
     if phi.ndim != 1 or dloss.ndim != 1:
-      raise ValueError(f"observe must return two vectors (phi_K, dloss_M); got shapes {phi.shape} and {dloss.shape}")
+      raise ValueError(
+        f"observe must return two vectors (phi_K, dloss_M); got shapes {phi.shape} and "
+        f"{dloss.shape}"
+      )
     return moments_init(phi.shape[0], dloss.shape[0], phi.dtype)
 
   def update(self, mom: Moments, w, step: jax.Array, data) -> Moments:

@@ -1,5 +1,5 @@
-"""Patterning: the data re-weighting that moves posterior expectations where we want them (Wang & Murfet
-2026, arXiv:2601.13548), and training on the re-weighted distribution.
+"""Patterning: the data re-weighting that moves posterior expectations where we want them (Wang &
+Murfet 2026, arXiv:2601.13548), and training on the re-weighted distribution.
 
 To first order a change ``dh`` of the weights of M probe samples (or groups) moves K observables by
 ``dμ = J·dh`` with ``J = nβ·χ`` (:mod:`mechjax.slt.susceptibility`). Inverting it gives the smallest
@@ -9,8 +9,8 @@ re-weighting that produces a target change:
 
 A re-weighting is applied to a *distribution* over the M probes, ``p = u + dh`` with ``u`` the base
 distribution (uniform by default), so the constrained version keeps ``p`` on the simplex (``p ≥ 0``,
-``Σp = 1``): it minimises ``‖J(p − u) − dμ‖² + ρ‖p − u‖²`` over the simplex by accelerated projected gradient
-(FISTA) with the exact Euclidean projection onto the simplex.
+``Σp = 1``): it minimises ``‖J(p − u) − dμ‖² + ρ‖p − u‖²`` over the simplex by accelerated projected
+gradient (FISTA) with the exact Euclidean projection onto the simplex.
 """
 
 from __future__ import annotations
@@ -30,22 +30,33 @@ def _check(response, target_delta) -> tuple[np.ndarray, np.ndarray]:
     j = j[None]
   t = np.atleast_1d(np.asarray(target_delta, np.float64))
   if j.ndim != 2 or t.shape != (j.shape[0],):
-    raise ValueError(f"response must be (K observables, M probes) and target_delta (K,); got {j.shape} and {t.shape}")
+    raise ValueError(
+      f"response must be (K observables, M probes) and target_delta (K,); got {j.shape} and "
+      f"{t.shape}"
+    )
   if not (np.all(np.isfinite(j)) and np.all(np.isfinite(t))):
     raise ValueError("response and target_delta must be finite")
   return j, t
 
 
-def patterning_weights(response, target_delta, *, ridge: float = 0.0, simplex: bool = False, base=None,
-                       iterations: int = 5000) -> np.ndarray:
+def patterning_weights(
+  response,
+  target_delta,
+  *,
+  ridge: float = 0.0,
+  simplex: bool = False,
+  base=None,
+  iterations: int = 5000,
+) -> np.ndarray:
   """The re-weighting ``dh`` (M,) that moves the K observables by ``target_delta`` to first order.
 
   Args:
-    response: ``J = dE[φ]/dh``, ``(K, M)``: :attr:`SusceptibilityResult.response` (``nβ·χ``). Passing ``χ``
-      instead gives ``nβ`` times the re-weighting.
+    response: ``J = dE[φ]/dh``, ``(K, M)``: :attr:`SusceptibilityResult.response` (``nβ·χ``).
+      Passing ``χ`` instead gives ``nβ`` times the re-weighting.
     target_delta: ``(K,)``, the wanted change of each observable.
-    ridge: ``ρ ≥ 0``; damps directions of small response (and makes an ill-posed inverse well-posed).
-    simplex: keep ``base + dh`` a probability distribution (non-negative, summing to 1). The target is then
+    ridge: ``ρ ≥ 0``; damps directions of small response (and makes an ill-posed inverse
+    well-posed). simplex: keep ``base + dh`` a probability distribution (non-negative, summing to
+    1). The target is then
       met only as far as the simplex allows, in least squares.
     base: the base distribution over the M probes (default uniform); used with ``simplex``.
     iterations: projected-gradient iterations for ``simplex``.
@@ -62,7 +73,9 @@ def patterning_weights(response, target_delta, *, ridge: float = 0.0, simplex: b
     return j.T @ (np.linalg.pinv(gram) @ t) if ridge == 0 else j.T @ np.linalg.solve(gram, t)
   u = np.full(m, 1.0 / m) if base is None else np.asarray(base, np.float64)
   if u.shape != (m,) or np.any(u < 0) or abs(u.sum() - 1) > 1e-6:
-    raise ValueError(f"base must be a distribution over the {m} probes (non-negative, summing to 1)")
+    raise ValueError(
+      f"base must be a distribution over the {m} probes (non-negative, summing to 1)"
+    )
   # FISTA on f(p) = ½‖J(p − u) − t‖² + ½ρ‖p − u‖², step 1/Lipschitz.
   lipschitz = np.linalg.norm(j, 2) ** 2 + ridge
   step = 1.0 / max(lipschitz, 1e-30)
@@ -90,19 +103,28 @@ def project_simplex(v) -> np.ndarray:
   return np.maximum(v - css[rho] / (rho + 1), 0.0)
 
 
-def weighted_problem(init: Callable[[jax.Array], Any], per_sample_loss: Callable[[Any, Any], jax.Array], data,
-                     weights, batch_size: int, evaluate=None) -> loop.Problem:
-  """A :class:`mechjax.train.loop.Problem` that trains on ``data`` resampled with probabilities ``weights``.
+def weighted_problem(
+  init: Callable[[jax.Array], Any],
+  per_sample_loss: Callable[[Any, Any], jax.Array],
+  data,
+  weights,
+  batch_size: int,
+  evaluate=None,
+) -> loop.Problem:
+  """A :class:`mechjax.train.loop.Problem` that trains on ``data`` resampled with probabilities
+  ``weights``.
 
-  Each step draws ``batch_size`` samples with replacement from ``Categorical(weights)`` (from the step's
-  key, so runs stay reproducible and resumable) and minimises their mean ``per_sample_loss``; its
-  expectation is the re-weighted loss ``Σ_i weights_i ℓ_i``. ``per_sample_loss`` may return per-token losses
-  ``(B, T)``; they are averaged.
+  Each step draws ``batch_size`` samples with replacement from ``Categorical(weights)`` (from the
+  step's key, so runs stay reproducible and resumable) and minimises their mean ``per_sample_loss``;
+  its expectation is the re-weighted loss ``Σ_i weights_i ℓ_i``. ``per_sample_loss`` may return
+  per-token losses ``(B, T)``; they are averaged.
   """
   w = np.asarray(weights, np.float64)
   n = jax.tree.leaves(data)[0].shape[0]
   if w.shape != (n,) or np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
-    raise ValueError(f"weights must be {n} non-negative finite numbers with a positive sum; got shape {w.shape}")
+    raise ValueError(
+      f"weights must be {n} non-negative finite numbers with a positive sum; got shape {w.shape}"
+    )
   logits = jnp.asarray(np.log(np.where(w > 0, w / w.sum(), 1e-300)), jnp.float32)
 
   def loss(params, key):
@@ -113,14 +135,17 @@ def weighted_problem(init: Callable[[jax.Array], Any], per_sample_loss: Callable
 
 
 def group_response(response, group_ids, num_groups: int | None = None) -> np.ndarray:
-  """The response to shifting weight toward each *group* of probes: ``(K, G)``, the mean of its members'
-  columns. Exact, because the response is linear in the target distribution ``q′``, and the group's
-  ``q′`` is the uniform mixture of its members' point masses. Groups with no member get NaN columns."""
+  """The response to shifting weight toward each *group* of probes: ``(K, G)``, the mean of its
+  members' columns. Exact, because the response is linear in the target distribution ``q′``, and the
+  group's ``q′`` is the uniform mixture of its members' point masses. Groups with no member get NaN
+  columns."""
   j = np.asarray(response, np.float64)
   j = j[None] if j.ndim == 1 else j
   g = np.asarray(group_ids)
   if g.shape != (j.shape[1],) or (g.size and g.min() < 0):
-    raise ValueError(f"group_ids must hold one non-negative group per probe column ({j.shape[1]}); got {g.shape}")
+    raise ValueError(
+      f"group_ids must hold one non-negative group per probe column ({j.shape[1]}); got {g.shape}"
+    )
   num_groups = int(g.max()) + 1 if num_groups is None else num_groups
   sums = np.zeros((j.shape[0], num_groups))
   np.add.at(sums.T, g, j.T)
@@ -130,13 +155,15 @@ def group_response(response, group_ids, num_groups: int | None = None) -> np.nda
 
 
 def sample_weights(group_distribution, group_ids) -> np.ndarray:
-  """Per-sample probabilities from a distribution over groups: each group's mass spread evenly over its
-  samples (``p_i = P(g_i) / |g_i|``). Mass on a group with no sample is refused."""
+  """Per-sample probabilities from a distribution over groups: each group's mass spread evenly over
+  its samples (``p_i = P(g_i) / |g_i|``). Mass on a group with no sample is refused."""
   p = np.asarray(group_distribution, np.float64)
   g = np.asarray(group_ids)
   counts = np.bincount(g, minlength=len(p))
   if len(counts) != len(p):
     raise ValueError(f"group_ids name {len(counts)} groups but the distribution has {len(p)}")
   if np.any((counts == 0) & (p > 0)):
-    raise ValueError(f"groups {np.nonzero((counts == 0) & (p > 0))[0].tolist()} have mass but no sample")
+    raise ValueError(
+      f"groups {np.nonzero((counts == 0) & (p > 0))[0].tolist()} have mass but no sample"
+    )
   return p[g] / counts[g]

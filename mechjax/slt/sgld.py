@@ -1,35 +1,36 @@
 """SGLD on a localized, tempered posterior, with chains under ``vmap`` and draws under ``lax.scan``.
 
-The target is ``p(w) ∝ exp(−nβ·L_n(w) − (γ/2)‖w − w*‖²)`` (Lau et al. 2023, arXiv:2308.12108), where ``L_n``
-is the mean loss over the ``n`` samples, ``nβ`` the inverse temperature times ``n`` and ``γ`` the strength of
-the localization at ``w*``. One step, in devinterp's convention, is
+The target is ``p(w) ∝ exp(−nβ·L_n(w) − (γ/2)‖w − w*‖²)`` (Lau et al. 2023, arXiv:2308.12108), where
+``L_n`` is the mean loss over the ``n`` samples, ``nβ`` the inverse temperature times ``n`` and
+``γ`` the strength of the localization at ``w*``. One step, in devinterp's convention, is
 
     Δw = −(ε/2)·[nβ·∇L_B(w) + γ·(w − w*)] + √ε·ξ,      ξ ~ N(0, I),
 
-with ``L_B`` the mean loss on a minibatch ``B`` of ``batch_size`` samples drawn *with replacement* from the
-step's key. ``nβ`` multiplies the *mean* minibatch loss, so it plays the role of ``n·β`` whatever the batch
-size; see :func:`default_nbeta`.
+with ``L_B`` the mean loss on a minibatch ``B`` of ``batch_size`` samples drawn *with replacement*
+from the step's key. ``nβ`` multiplies the *mean* minibatch loss, so it plays the role of ``n·β``
+whatever the batch size; see :func:`default_nbeta`.
 
-With ``rmsprop=α`` the step is preconditioned as in pSGLD (Li et al. 2016, without the Γ correction term):
-``V ← αV + (1 − α)(∇L_B)²``, ``G = 1/(√V + δ)``, ``Δw = −(ε/2)·G⊙[…] + √ε·√G⊙ξ``.
+With ``rmsprop=α`` the step is preconditioned as in pSGLD (Li et al. 2016, without the Γ correction
+term): ``V ← αV + (1 − α)(∇L_B)²``, ``G = 1/(√V + δ)``, ``Δw = −(ε/2)·G⊙[…] + √ε·√G⊙ξ``.
 
-A ``param_mask`` (a pytree of 0/1 arrays like ``params``) restricts sampling to part of the parameters (the
-weight-refined LLC): masked-out coordinates stay at ``w*``.
+A ``param_mask`` (a pytree of 0/1 arrays like ``params``) restricts sampling to part of the
+parameters (the weight-refined LLC): masked-out coordinates stay at ``w*``.
 
-Every setting of a run travels in one :class:`SGLDSettings`. The sampler knows nothing of what its callers
-compute from the draws: an *accumulator* (any hashable object with ``init(params_star, data)`` and
-``update(state, w, step, data)``, e.g. :class:`mechjax.slt.moments.StreamedMoments`) is carried through the
-scan and updated with every draw.
+Every setting of a run travels in one :class:`SGLDSettings`. The sampler knows nothing of what its
+callers compute from the draws: an *accumulator* (any hashable object with ``init(params_star,
+data)`` and ``update(state, w, step, data)``, e.g. :class:`mechjax.slt.moments.StreamedMoments`) is
+carried through the scan and updated with every draw.
 
-Randomness is a function of the key only: chain ``c`` uses ``fold_in(key, c)`` and its step ``t`` uses
-``fold_in(chain_key, t)``, so the same key gives the same draws bit for bit.
+Randomness is a function of the key only: chain ``c`` uses ``fold_in(key, c)`` and its step ``t``
+uses ``fold_in(chain_key, t)``, so the same key gives the same draws bit for bit.
 
-**One program per computation.** :func:`sample_chains` compiles one ``jit(vmap(scan))`` program per loss
-function, settings, mask presence, accumulator and device layout, and keeps the latest
-:data:`PROGRAM_CACHE_SIZE` of them: another key, another ``w*`` or other data of the same shapes reuse the
-program. The cache compares loss functions and accumulators by equality, so pass the same function each
-time (a module-level function, a bound method, or a hashable callable such as :class:`MeanLoss`), not a new
-lambda per call: a new lambda is a new program, and the cache holds it until it is evicted.
+**One program per computation.** :func:`sample_chains` compiles one ``jit(vmap(scan))`` program per
+loss function, settings, mask presence, accumulator and device layout, and keeps the latest
+:data:`PROGRAM_CACHE_SIZE` of them: another key, another ``w*`` or other data of the same shapes
+reuse the program. The cache compares loss functions and accumulators by equality, so pass the same
+function each time (a module-level function, a bound method, or a hashable callable such as
+:class:`MeanLoss`), not a new lambda per call: a new lambda is a new program, and the cache holds it
+until it is evicted.
 """
 
 from __future__ import annotations
@@ -50,13 +51,14 @@ PROGRAM_CACHE_SIZE = 16
 
 
 def default_nbeta(n: int) -> float:
-  """``nβ = n / ln n``: the inverse temperature ``β* = 1/ln n`` (Watanabe's WBIC temperature) times ``n``.
+  """``nβ = n / ln n``: the inverse temperature ``β* = 1/ln n`` (Watanabe's WBIC temperature) times
+  ``n``.
 
-  ``n`` is the number of *samples in the dataset*, not the batch size: the minibatch loss is a mean, an
-  unbiased estimate of ``L_n``, so ``nβ·∇L_B`` estimates the full ``nβ·∇L_n`` whatever the batch. devinterp's
-  default uses the batch size ``b`` instead (``b / ln b``), a much higher temperature; both are valid
-  choices of ``β`` (the LLC estimate is consistent for any fixed ``β`` as n grows), but they are not
-  interchangeable, and the estimate should be reported with the ``nβ`` used.
+  ``n`` is the number of *samples in the dataset*, not the batch size: the minibatch loss is a mean,
+  an unbiased estimate of ``L_n``, so ``nβ·∇L_B`` estimates the full ``nβ·∇L_n`` whatever the batch.
+  devinterp's default uses the batch size ``b`` instead (``b / ln b``), a much higher temperature;
+  both are valid choices of ``β`` (the LLC estimate is consistent for any fixed ``β`` as n grows),
+  but they are not interchangeable, and the estimate should be reported with the ``nβ`` used.
   """
   if n < 2:
     raise ValueError(f"n must be >= 2 for n / ln n; got {n}")
@@ -67,26 +69,50 @@ def default_nbeta(n: int) -> float:
 class SGLDSettings(config.Settings):
   """Everything that defines an SGLD run but the loss, the data, ``w*`` and the key.
 
-  It is also a settings group of the SLT studies' configs (:func:`mechjax.config.group`), so chains, draws
-  and step size have one name in every study (``cfg.sgld.num_chains``) whatever their flags are called.
+  It is also a settings group of the SLT studies' configs (:func:`mechjax.config.group`), so chains,
+  draws and step size have one name in every study (``cfg.sgld.num_chains``) whatever their flags
+  are called.
   """
 
   step_size: float = config.setting(config.REQUIRED, "SGLD step size ε.", check=config.positive)
-  localization: float = config.setting(config.REQUIRED, "Localization strength γ of the Gaussian prior at w*.",
-                                       check=config.non_negative)
-  batch_size: int = config.setting(config.REQUIRED, "SGLD minibatch size (drawn with replacement each step).",
-                                   check=config.at_least(1))
-  num_chains: int = config.setting(4, "SGLD chains, vmapped (and sharded when there are several devices).",
-                                   check=config.at_least(1))
-  num_draws: int = config.setting(200, "SGLD draws per chain, after burn-in.", check=config.at_least(1))
-  num_burnin: int = config.setting(0, "SGLD burn-in steps per chain (discarded).", check=config.at_least(0))
-  nbeta: float | None = config.setting(None, "Inverse temperature times n; unset: n / ln n of the data "
-                                       "(default_nbeta).", check=config.positive, unset=0.0)
-  rmsprop: float | None = config.setting(None, "Decay α of a pSGLD RMSProp preconditioner; unset: plain SGLD.",
-                                         check=config.within(0.0, 1.0))
-  rmsprop_eps: float = config.setting(1e-8, "δ of the RMSProp preconditioner.", check=config.positive)
-  mala: bool = config.setting(True, "Estimate a MALA acceptance probability per step (one more gradient per "
-                              "step).")
+  localization: float = config.setting(
+    config.REQUIRED,
+    "Localization strength γ of the Gaussian prior at w*.",
+    check=config.non_negative,
+  )
+  batch_size: int = config.setting(
+    config.REQUIRED,
+    "SGLD minibatch size (drawn with replacement each step).",
+    check=config.at_least(1),
+  )
+  num_chains: int = config.setting(
+    4,
+    "SGLD chains, vmapped (and sharded when there are several devices).",
+    check=config.at_least(1),
+  )
+  num_draws: int = config.setting(
+    200, "SGLD draws per chain, after burn-in.", check=config.at_least(1)
+  )
+  num_burnin: int = config.setting(
+    0, "SGLD burn-in steps per chain (discarded).", check=config.at_least(0)
+  )
+  nbeta: float | None = config.setting(
+    None,
+    "Inverse temperature times n; unset: n / ln n of the data (default_nbeta).",
+    check=config.positive,
+    unset=0.0,
+  )
+  rmsprop: float | None = config.setting(
+    None,
+    "Decay α of a pSGLD RMSProp preconditioner; unset: plain SGLD.",
+    check=config.within(0.0, 1.0),
+  )
+  rmsprop_eps: float = config.setting(
+    1e-8, "δ of the RMSProp preconditioner.", check=config.positive
+  )
+  mala: bool = config.setting(
+    True, "Estimate a MALA acceptance probability per step (one more gradient per step)."
+  )
 
   @property
   def num_steps(self) -> int:
@@ -98,21 +124,29 @@ class SGLDSettings(config.Settings):
     return self if self.nbeta is not None else dataclasses.replace(self, nbeta=default_nbeta(n))
 
 
-STUDY_FLAGS = {"num_chains": "chains", "num_draws": "draws", "num_burnin": "burnin", "step_size": "sgld_step_size",
-               "localization": "localization", "batch_size": "sgld_batch_size"}
+STUDY_FLAGS = {
+  "num_chains": "chains",
+  "num_draws": "draws",
+  "num_burnin": "burnin",
+  "step_size": "sgld_step_size",
+  "localization": "localization",
+  "batch_size": "sgld_batch_size",
+}
 
 
 def study_group(help: str, **defaults: Any) -> Any:  # noqa: A002
-  """The SGLD settings group of a susceptibility study's ``Config``, with the flags ``--chains --draws --burnin
-  --sgld_step_size --localization --sgld_batch_size`` (:data:`STUDY_FLAGS`) and the defaults the patterning
-  studies share (4 chains, ε = 1e-4, γ = 100, batches of 64), which ``defaults`` override."""
+  """The SGLD settings group of a susceptibility study's ``Config``, with the flags ``--chains
+  --draws --burnin --sgld_step_size --localization --sgld_batch_size`` (:data:`STUDY_FLAGS`) and the
+  defaults the patterning studies share (4 chains, ε = 1e-4, γ = 100, batches of 64), which
+  ``defaults`` override."""
   base = dict(step_size=1e-4, localization=100.0, batch_size=64, num_chains=4)
   return config.group(SGLDSettings(**{**base, **defaults}), help=help, flags=STUDY_FLAGS)
 
 
 def settings_from(settings: SGLDSettings | None, **loose: Any) -> SGLDSettings:
-  """The settings of a call that takes either ``settings=`` or the loose keywords (``step_size=...``): one
-  or the other, so that no value is silently ignored. Loose keywords left at None take the defaults."""
+  """The settings of a call that takes either ``settings=`` or the loose keywords
+  (``step_size=...``): one or the other, so that no value is silently ignored. Loose keywords left
+  at None take the defaults."""
   given = {k: v for k, v in loose.items() if v is not None}
   if settings is not None:
     if given:
@@ -128,8 +162,8 @@ def settings_from(settings: SGLDSettings | None, **loose: Any) -> SGLDSettings:
 
 @dataclasses.dataclass(frozen=True)
 class MeanLoss:
-  """``loss(params, batch) = mean(per_sample_loss(params, batch))``, hashable by its function: samplers built
-  from equal ``MeanLoss`` objects share one compiled program."""
+  """``loss(params, batch) = mean(per_sample_loss(params, batch))``, hashable by its function:
+  samplers built from equal ``MeanLoss`` objects share one compiled program."""
 
   per_sample_loss: Callable[[Params, Any], jax.Array]
 
@@ -141,36 +175,52 @@ def _tree_dot(a, b):
   return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
-def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Params, data: Any, key: jax.Array,
-                 num_steps: int, settings: SGLDSettings, param_mask: Params | None = None, accumulator: Any = None,
-                 accumulator_data: Any = None):
-  """Runs one chain from ``w*`` for ``num_steps`` steps; returns per-step traces (each ``(num_steps,)``).
+def sample_chain(
+  loss_fn: Callable[[Params, Any], jax.Array],
+  params_star: Params,
+  data: Any,
+  key: jax.Array,
+  num_steps: int,
+  settings: SGLDSettings,
+  param_mask: Params | None = None,
+  accumulator: Any = None,
+  accumulator_data: Any = None,
+):
+  """Runs one chain from ``w*`` for ``num_steps`` steps; returns per-step traces (each
+  ``(num_steps,)``).
 
-  Traces: ``loss`` (the minibatch loss at ``w`` *before* the step), ``loss_at_star`` (the same minibatch's
-  loss at ``w*``: their difference is what the LLC averages, see :mod:`mechjax.slt.llc`),
-  ``distance`` (``‖w − w*‖`` after the step), ``drift_norm`` (``‖(ε/2)·nβ·∇L_B‖``), ``noise_norm``
-  (``‖√ε·ξ‖``) and, with ``settings.mala``, ``acceptance``: the Metropolis–Hastings acceptance probability
-  ``min(1, exp(U(w) − U(w') + log q(w|w') − log q(w'|w)))`` of the proposal, with ``U = nβ·L_B + (γ/2)‖w − w*‖²``
-  on the step's minibatch. Values near 1 mean the step size is small enough for the discretisation.
+  Traces: ``loss`` (the minibatch loss at ``w`` *before* the step), ``loss_at_star`` (the same
+  minibatch's loss at ``w*``: their difference is what the LLC averages, see
+  :mod:`mechjax.slt.llc`), ``distance`` (``‖w − w*‖`` after the step), ``drift_norm``
+  (``‖(ε/2)·nβ·∇L_B‖``), ``noise_norm`` (``‖√ε·ξ‖``) and, with ``settings.mala``, ``acceptance``:
+  the Metropolis–Hastings acceptance probability ``min(1, exp(U(w) − U(w') + log q(w|w') − log
+  q(w'|w)))`` of the proposal, with ``U = nβ·L_B + (γ/2)‖w − w*‖²`` on the step's minibatch. Values
+  near 1 mean the step size is small enough for the discretisation.
 
-  With an ``accumulator``, ``accumulator.update(state, w, t, accumulator_data)`` sees every draw ``w`` (before
-  step ``t``, like ``loss``), and its final state is returned as ``traces["accumulated"]``: memory does not
-  grow with the number of draws. ``settings.nbeta`` must be set (see :meth:`SGLDSettings.resolved`).
+  With an ``accumulator``, ``accumulator.update(state, w, t, accumulator_data)`` sees every draw
+  ``w`` (before step ``t``, like ``loss``), and its final state is returned as
+  ``traces["accumulated"]``: memory does not grow with the number of draws. ``settings.nbeta`` must
+  be set (see :meth:`SGLDSettings.resolved`).
   """
   s = settings
   if s.nbeta is None:
-    raise ValueError("settings.nbeta is unset; call settings.resolved(n) with the number of samples first")
+    raise ValueError(
+      "settings.nbeta is unset; call settings.resolved(n) with the number of samples first"
+    )
   n = jax.tree.leaves(data)[0].shape[0]
   mask = jax.tree.map(jnp.ones_like, params_star) if param_mask is None else param_mask
   eps = s.step_size
 
   def potential_and_grad(w, batch):
-    """``U = nβ·L_B + (γ/2)‖w − w*‖²``, ``L_B``, and the masked gradients of ``U`` and of ``L_B``."""
+    """``U = nβ·L_B + (γ/2)‖w − w*‖²``, ``L_B``, and the masked gradients of ``U`` and of
+    ``L_B``."""
     loss, loss_grad = jax.value_and_grad(loss_fn)(w, batch)
     diff = jax.tree.map(lambda a, b: a - b, w, params_star)
     value = s.nbeta * loss + 0.5 * s.localization * _tree_dot(diff, diff)
     loss_grad = jax.tree.map(lambda g, m: g * m, loss_grad, mask)
-    grad_u = jax.tree.map(lambda g, d, m: s.nbeta * g + s.localization * d * m, loss_grad, diff, mask)
+    grad_u = jax.tree.map(
+      lambda g, d, m: s.nbeta * g + s.localization * d * m, loss_grad, diff, mask
+    )
     return value, loss, grad_u, loss_grad
 
   def log_q(w_to, w_from, grad_from, precond):
@@ -192,18 +242,27 @@ def sample_chain(loss_fn: Callable[[Params, Any], jax.Array], params_star: Param
       precond = jax.tree.map(lambda v_: 1.0 / (jnp.sqrt(v_) + s.rmsprop_eps), v)
     leaves, treedef = jax.tree.flatten(w)
     noise_keys = jax.random.split(k_noise, len(leaves))
-    noise = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(noise_keys, leaves)])
+    noise = jax.tree.unflatten(
+      treedef, [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(noise_keys, leaves)]
+    )
     noise = jax.tree.map(lambda z, p, m: jnp.sqrt(eps * p) * z * m, noise, precond, mask)
     w_new = jax.tree.map(lambda w_, p, g, z: w_ - 0.5 * eps * p * g + z, w, precond, grad_u, noise)
     drift = jax.tree.map(lambda p, g: 0.5 * eps * p * s.nbeta * g, precond, loss_grad)
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
-    out = {"loss": loss, "loss_at_star": loss_fn(params_star, batch), "distance": jnp.sqrt(_tree_dot(diff, diff)),
-           "drift_norm": jnp.sqrt(_tree_dot(drift, drift)), "noise_norm": jnp.sqrt(_tree_dot(noise, noise))}
+    out = {
+      "loss": loss,
+      "loss_at_star": loss_fn(params_star, batch),
+      "distance": jnp.sqrt(_tree_dot(diff, diff)),
+      "drift_norm": jnp.sqrt(_tree_dot(drift, drift)),
+      "noise_norm": jnp.sqrt(_tree_dot(noise, noise)),
+    }
     if accumulator is not None:
       acc = accumulator.update(acc, w, t, accumulator_data)
     if s.mala:
       u_new, _, grad_new, _ = potential_and_grad(w_new, batch)
-      log_ratio = u_w - u_new + log_q(w, w_new, grad_new, precond) - log_q(w_new, w, grad_u, precond)
+      log_ratio = (
+        u_w - u_new + log_q(w, w_new, grad_new, precond) - log_q(w_new, w, grad_u, precond)
+      )
       out["acceptance"] = jnp.minimum(1.0, jnp.exp(jnp.minimum(log_ratio, 0.0)))
     return (w_new, v, acc), out
 
@@ -225,16 +284,28 @@ def _chain_keys(key, num_chains):
   return jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
 
 
-def sample_chains(loss_fn, params_star, data, key: jax.Array, settings: SGLDSettings, *, param_mask=None,
-                  accumulator: Any = None, accumulator_data: Any = None, shard: bool | None = None):
-  """``settings.num_chains`` chains of ``settings.num_steps`` steps from ``w*`` in one ``jit(vmap(scan))``
-  program; every trace is ``(num_chains, num_steps)`` (see :func:`sample_chain`).
+def sample_chains(
+  loss_fn,
+  params_star,
+  data,
+  key: jax.Array,
+  settings: SGLDSettings,
+  *,
+  param_mask=None,
+  accumulator: Any = None,
+  accumulator_data: Any = None,
+  shard: bool | None = None,
+):
+  """``settings.num_chains`` chains of ``settings.num_steps`` steps from ``w*`` in one
+  ``jit(vmap(scan))`` program; every trace is ``(num_chains, num_steps)`` (see
+  :func:`sample_chain`).
 
-  When JAX sees several devices and their number divides ``num_chains``, the chain axis is sharded over all
-  of them (:func:`mechjax.sharding.leading_axis`; ``w*`` and the data are replicated), so each device runs its
-  share of the chains. On a CPU, :func:`mechjax.train.flags.cpu_cores_as_devices` before JAX starts makes
-  every core a device: with 2 cores the sampler runs about 1.5× faster than on one device. The draws depend
-  on the key and on the number of devices (the partitioned matmuls round differently), on nothing else.
+  When JAX sees several devices and their number divides ``num_chains``, the chain axis is sharded
+  over all of them (:func:`mechjax.sharding.leading_axis`; ``w*`` and the data are replicated), so
+  each device runs its share of the chains. On a CPU,
+  :func:`mechjax.train.flags.cpu_cores_as_devices` before JAX starts makes every core a device: with
+  2 cores the sampler runs about 1.5× faster than on one device. The draws depend on the key and on
+  the number of devices (the partitioned matmuls round differently), on nothing else.
   ``settings.nbeta`` unset means ``n / ln n`` of ``data``.
   """
   n = jax.tree.leaves(data)[0].shape[0]
@@ -243,27 +314,43 @@ def sample_chains(loss_fn, params_star, data, key: jax.Array, settings: SGLDSett
   settings = settings.resolved(n)
   layout = sharding_lib.leading_axis(settings.num_chains, "chains", shard)
   program = _program(loss_fn, settings, param_mask is not None, accumulator, layout)
-  return program(params_star, data, chain_keys(key, settings.num_chains), param_mask, accumulator_data)
+  return program(
+    params_star, data, chain_keys(key, settings.num_chains), param_mask, accumulator_data
+  )
 
 
 @functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
 def _program(loss_fn, settings: SGLDSettings, masked: bool, accumulator, layout):
-  """One compiled program per (loss, settings, mask presence, accumulator, device layout): repeated calls
-  (another key, another w*, other data of the same shapes) reuse it instead of tracing and compiling again."""
+  """One compiled program per (loss, settings, mask presence, accumulator, device layout): repeated
+  calls (another key, another w*, other data of the same shapes) reuse it instead of tracing and
+  compiling again."""
 
   def run(params_star, data, keys, param_mask, accumulator_data):
-    chain = lambda k: sample_chain(loss_fn, params_star, data, k, settings.num_steps, settings,
-                                   param_mask if masked else None, accumulator, accumulator_data)
+    chain = lambda k: sample_chain(
+      loss_fn,
+      params_star,
+      data,
+      k,
+      settings.num_steps,
+      settings,
+      param_mask if masked else None,
+      accumulator,
+      accumulator_data,
+    )
     return jax.vmap(chain)(keys)
 
   return jit_over_chains(run, layout)
 
 
 def jit_over_chains(run: Callable, layout, chain_axis: int = 0):
-  """``jit(run)`` for ``run(params, data, keys, mask, accumulator_data)``: with a ``layout`` (a sharding from
-  :func:`mechjax.sharding.leading_axis`) the chain keys and axis ``chain_axis`` of every output are split
-  over its devices, and everything else is replicated."""
+  """``jit(run)`` for ``run(params, data, keys, mask, accumulator_data)``: with a ``layout`` (a
+  sharding from :func:`mechjax.sharding.leading_axis`) the chain keys and axis ``chain_axis`` of
+  every output are split over its devices, and everything else is replicated."""
   if layout is None:
     return jax.jit(run)
   rep = sharding_lib.replicated(layout)
-  return jax.jit(run, in_shardings=(rep, rep, layout, rep, rep), out_shardings=sharding_lib.along(layout, chain_axis))
+  return jax.jit(
+    run,
+    in_shardings=(rep, rep, layout, rep, rep),
+    out_shardings=sharding_lib.along(layout, chain_axis),
+  )

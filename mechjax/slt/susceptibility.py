@@ -1,8 +1,10 @@
-"""Susceptibilities: the linear response of posterior expectations to a shift of the data distribution.
+"""Susceptibilities: the linear response of posterior expectations to a shift of the data
+distribution.
 
-Shift the data distribution ``q → q + h(q′ − q)``. The average training loss becomes ``L_h = L + h·ΔL``
-with ``ΔL = L_{q′} − L_q``, and the tempered posterior ``p_h(w) ∝ exp(−nβ·L_h(w)) φ(w)`` (prior or
-localization ``φ``) moves. Differentiating ``E_h[φ] = ∫ φ p_h / ∫ p_h`` at ``h = 0`` gives, exactly,
+Shift the data distribution ``q → q + h(q′ − q)``. The average training loss becomes ``L_h = L +
+h·ΔL`` with ``ΔL = L_{q′} − L_q``, and the tempered posterior ``p_h(w) ∝ exp(−nβ·L_h(w)) φ(w)``
+(prior or localization ``φ``) moves. Differentiating ``E_h[φ] = ∫ φ p_h / ∫ p_h`` at ``h = 0``
+gives, exactly,
 
     d E[φ] / dh = −nβ · Cov(φ, ΔL)                       (Wang & Murfet 2026, arXiv:2601.13548)
 
@@ -10,9 +12,10 @@ the covariance over the posterior at ``h = 0``. The Timaeus convention calls ``�
 susceptibility, so the Jacobian is ``nβ·χ``. For a shift toward probe sample ``i`` (``q′ = δ_i``),
 ``ΔL(w) = ℓ_i(w) − L(w)``; per-token susceptibilities take ``q′`` at one token.
 
-The estimates here take posterior draws, either stored (``S × K`` observables and ``S × M`` loss changes)
-or streamed through the sampler (:mod:`mechjax.slt.moments`, re-exported here), so that memory is ``K × M``
-whatever the number of draws. Both give the unbiased (``S − 1``) sample covariance.
+The estimates here take posterior draws, either stored (``S × K`` observables and ``S × M`` loss
+changes) or streamed through the sampler (:mod:`mechjax.slt.moments`), so that
+memory is ``K × M`` whatever the number of draws. Both give the unbiased (``S − 1``) sample
+covariance.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import numpy as np
 from mechjax import rng
 from mechjax import sharding as sharding_lib
 from mechjax.slt import sgld
-from mechjax.slt.moments import (Moments, StreamedMoments, moments_covariance, moments_init, moments_merge,  # noqa: F401
-                                 moments_reduce, moments_update)
+from mechjax.slt.moments import StreamedMoments
+from mechjax.slt.moments import moments_covariance
+from mechjax.slt.moments import moments_reduce
 
 
 def _as_draws(name: str, a) -> jax.Array:
@@ -45,7 +49,9 @@ def covariance(phi_SxK, dloss_SxM) -> jax.Array:
   """The unbiased sample cross-covariance ``Cov_S(φ, ΔL)``, ``K × M``."""
   phi, d = _as_draws("phi_SxK", phi_SxK), _as_draws("dloss_SxM", dloss_SxM)
   if phi.shape[0] != d.shape[0]:
-    raise ValueError(f"phi_SxK and dloss_SxM must hold the same draws; got {phi.shape[0]} and {d.shape[0]} rows")
+    raise ValueError(
+      f"phi_SxK and dloss_SxM must hold the same draws; got {phi.shape[0]} and {d.shape[0]} rows"
+    )
   if phi.shape[0] < 2:
     raise ValueError(f"a covariance needs at least 2 draws; got {phi.shape[0]}")
   phi_c, d_c = phi - phi.mean(0, keepdims=True), d - d.mean(0, keepdims=True)
@@ -53,7 +59,8 @@ def covariance(phi_SxK, dloss_SxM) -> jax.Array:
 
 
 def susceptibility(phi_SxK, dloss_SxM) -> jax.Array:
-  """``χ = −Cov_S(φ, ΔL)``, ``K × M`` (the Timaeus convention; the Jacobian ``dE[φ]/dh`` is ``nβ·χ``)."""
+  """``χ = −Cov_S(φ, ΔL)``, ``K × M`` (the Timaeus convention; the Jacobian ``dE[φ]/dh`` is
+  ``nβ·χ``)."""
   return -covariance(phi_SxK, dloss_SxM)
 
 
@@ -62,8 +69,8 @@ def linear_response(phi_SxK, dloss_SxM, nbeta: float) -> jax.Array:
 
   Args:
     phi_SxK: the K observables at S posterior draws.
-    dloss_SxM: for each of M data shifts, the change of the average training loss per unit shift at the
-      same draws; for a shift toward probe sample ``i`` this is ``ℓ_i(w) − L(w)``.
+    dloss_SxM: for each of M data shifts, the change of the average training loss per unit shift at
+      the same draws; for a shift toward probe sample ``i`` this is ``ℓ_i(w) − L(w)``.
     nbeta: the inverse temperature times n of the posterior the draws come from.
   """
   if not nbeta > 0:
@@ -72,8 +79,9 @@ def linear_response(phi_SxK, dloss_SxM, nbeta: float) -> jax.Array:
 
 
 def standard_error(phi_SxK, dloss_SxM) -> jax.Array:
-  """Monte-Carlo standard error of each entry of :func:`covariance` for *independent* draws: the standard
-  deviation of the centred products over ``√S``. Correlated draws (SGLD) need more: see :func:`batch_means_error`."""
+  """Monte-Carlo standard error of each entry of :func:`covariance` for *independent* draws: the
+  standard deviation of the centred products over ``√S``. Correlated draws (SGLD) need more: see
+  :func:`batch_means_error`."""
   phi, d = _as_draws("phi_SxK", phi_SxK), _as_draws("dloss_SxM", dloss_SxM)
   prod = (phi - phi.mean(0, keepdims=True))[:, :, None] * (d - d.mean(0, keepdims=True))[:, None, :]
   return prod.std(0, ddof=1) / np.sqrt(phi.shape[0])
@@ -92,8 +100,9 @@ def batch_means_error(phi_SxK, dloss_SxM, num_batches: int = 20) -> jax.Array:
   return blocks.std(0, ddof=1) / np.sqrt(num_batches)
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # High level: run the sampler and assemble susceptibilities.
+
 
 @dataclasses.dataclass
 class SusceptibilityResult:
@@ -101,14 +110,14 @@ class SusceptibilityResult:
 
   Attributes:
     chi: ``(C, K, M)``, ``χ = −Cov(φ_k, ΔL_m)`` over all draws of all chains of component ``C`` (the
-      Timaeus convention). Observable 0 is the component's loss change ``L(w) − L(w*)``; the others are
-      those of the ``observable`` argument.
+      Timaeus convention). Observable 0 is the component's loss change ``L(w) − L(w*)``; the others
+      are those of the ``observable`` argument.
     response: ``(C, K, M)``, ``nβ·χ = dE[φ]/dh``.
     standard_error: ``(C, K, M)``, the spread of the per-chain ``χ`` over ``√num_chains``.
-    llc: ``(C,)``, ``nβ·E[L(w) − L(w*)]``: the (weight-refined) LLC of each component, on the evaluation subset.
-    observable_means: ``(C, K)``, the posterior mean of each observable.
-    components: the component names, in row order.
-    probe_shape: the shape of the probe losses (e.g. ``(sequences, positions)`` for per-token probes); the
+    llc: ``(C,)``, ``nβ·E[L(w) − L(w*)]``: the (weight-refined) LLC of each component, on the
+    evaluation subset. observable_means: ``(C, K)``, the posterior mean of each observable.
+    components: the component names, in row order. probe_shape: the shape of the probe losses (e.g.
+    ``(sequences, positions)`` for per-token probes); the
       M columns are their row-major flattening.
     nbeta: the ``nβ`` of the posterior.
   """
@@ -123,34 +132,47 @@ class SusceptibilityResult:
   nbeta: float
 
 
-def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *, key: jax.Array,
-                              components: dict[str, Any] | None = None, num_chains: int | None = None,
-                              num_draws: int | None = None, num_burnin: int | None = None,
-                              step_size: float | None = None, nbeta: float | None = None,
-                              localization: float | None = None, batch_size: int | None = None,
-                              eval_size: int = 1024, observable: Callable | None = None,
-                              observable_data: Any = None,
-                              settings: sgld.SGLDSettings | None = None) -> SusceptibilityResult:
-  """Per-sample or per-token susceptibilities of model components, with all components sampled at once.
+def estimate_susceptibilities(
+  per_sample_loss: Callable,
+  params,
+  data,
+  probes,
+  *,
+  key: jax.Array,
+  components: dict[str, Any] | None = None,
+  num_chains: int | None = None,
+  num_draws: int | None = None,
+  num_burnin: int | None = None,
+  step_size: float | None = None,
+  nbeta: float | None = None,
+  localization: float | None = None,
+  batch_size: int | None = None,
+  eval_size: int = 1024,
+  observable: Callable | None = None,
+  observable_data: Any = None,
+  settings: sgld.SGLDSettings | None = None,
+) -> SusceptibilityResult:
+  """Per-sample or per-token susceptibilities of model components, with all components sampled at
+  once.
 
-  For each component ``C`` (a 0/1 mask pytree like ``params``; ``None`` means one component, the whole
-  model) SGLD samples the localized posterior at ``w* = params`` with only ``C``'s weights free, and the
-  observable is the component-restricted loss change ``φ_C(w) = L(w) − L(w*)``. The probes are the
-  per-sample (or per-token) losses ``ℓ_i`` on ``probes``, and the shift toward probe ``i`` changes the
-  training loss by ``ΔL_i(w) = ℓ_i(w) − L(w)``. ``L`` is the mean loss on a fixed evaluation subset of
-  ``data`` (all of it when ``n ≤ eval_size``, else ``eval_size`` samples drawn without replacement from the
-  key's stream ``"eval-subset"``): a deterministic function of ``w``, so that no minibatch noise is shared by
-  ``φ`` and ``ΔL``.
+  For each component ``C`` (a 0/1 mask pytree like ``params``; ``None`` means one component, the
+  whole model) SGLD samples the localized posterior at ``w* = params`` with only ``C``'s weights
+  free, and the observable is the component-restricted loss change ``φ_C(w) = L(w) − L(w*)``. The
+  probes are the per-sample (or per-token) losses ``ℓ_i`` on ``probes``, and the shift toward probe
+  ``i`` changes the training loss by ``ΔL_i(w) = ℓ_i(w) − L(w)``. ``L`` is the mean loss on a fixed
+  evaluation subset of ``data`` (all of it when ``n ≤ eval_size``, else ``eval_size`` samples drawn
+  without replacement from the key's stream ``"eval-subset"``): a deterministic function of ``w``,
+  so that no minibatch noise is shared by ``φ`` and ``ΔL``.
 
   The moments of ``(φ_C, ΔL)`` are streamed inside the scan (memory ``C × M`` per chain, whatever
-  ``num_draws``), and the components run in one program, vmapped over their masks. With several devices
-  and ``num_chains`` a multiple of their number, the chains are sharded over them as in
+  ``num_draws``), and the components run in one program, vmapped over their masks. With several
+  devices and ``num_chains`` a multiple of their number, the chains are sharded over them as in
   :func:`mechjax.slt.sgld.sample_chains`.
 
   Args:
-    per_sample_loss: ``per_sample_loss(params, batch)`` returns one loss per sample, ``(B,)``, or per
-      token, ``(B, T)``; the SGLD loss is its mean. Pass the same function on every call (a module-level
-      function or a bound method), so the compiled program is reused.
+    per_sample_loss: ``per_sample_loss(params, batch)`` returns one loss per sample, ``(B,)``, or
+      per token, ``(B, T)``; the SGLD loss is its mean. Pass the same function on every call (a
+      module-level function or a bound method), so the compiled program is reused.
     params: ``w*``.
     data: the training data, a pytree with the sample axis first.
     probes: a pytree of probe samples in the same format.
@@ -158,14 +180,22 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
     components: ``{name: mask}``; default ``{"all": None}``.
     eval_size: the size of the fixed evaluation subset that defines ``L``.
     observable: optional ``observable(params, observable_data) -> (K − 1,)``: more observables whose
-      susceptibilities are wanted (e.g. a probe-set loss that measures a behaviour), streamed beside the
-      loss change. Pass the same function on every call.
+      susceptibilities are wanted (e.g. a probe-set loss that measures a behaviour), streamed beside
+      the loss change. Pass the same function on every call.
     observable_data: the data ``observable`` reads.
-    settings: the SGLD settings (:class:`mechjax.slt.sgld.SGLDSettings`; ``mala`` is not used), or the
-      keywords ``num_chains`` … ``batch_size`` as in :func:`mechjax.slt.llc.estimate_llc`.
+    settings: the SGLD settings (:class:`mechjax.slt.sgld.SGLDSettings`; ``mala`` is not used), or
+      the keywords ``num_chains`` … ``batch_size`` as in :func:`mechjax.slt.llc.estimate_llc`.
   """
-  s = sgld.settings_from(settings, num_chains=num_chains, num_draws=num_draws, num_burnin=num_burnin,
-                         step_size=step_size, nbeta=nbeta, localization=localization, batch_size=batch_size)
+  s = sgld.settings_from(
+    settings,
+    num_chains=num_chains,
+    num_draws=num_draws,
+    num_burnin=num_burnin,
+    step_size=step_size,
+    nbeta=nbeta,
+    localization=localization,
+    batch_size=batch_size,
+  )
   n = jax.tree.leaves(data)[0].shape[0]
   if s.batch_size > n:
     raise ValueError(f"batch_size={s.batch_size} exceeds the {n} samples in data")
@@ -177,8 +207,12 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
   masks = []
   for name, mask in components.items():
     if mask is not None and jax.tree.structure(mask) != jax.tree.structure(params):
-      raise ValueError(f"the mask of component {name!r} must be a pytree with the structure of params")
-    masks.append(ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params))
+      raise ValueError(
+        f"the mask of component {name!r} must be a pytree with the structure of params"
+      )
+    masks.append(
+      ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params)
+    )
   masks = jax.tree.map(lambda *m: jnp.stack(m), *masks)
   if n > eval_size:
     idx = jax.random.choice(rng.fold(key, "eval-subset"), n, (eval_size,), replace=False)
@@ -186,30 +220,47 @@ def estimate_susceptibilities(per_sample_loss: Callable, params, data, probes, *
   else:
     eval_data = data
   probe_shape = _output_shape(per_sample_loss, params, probes)
-  observe_data = {"eval": eval_data, "probes": probes, "extra": observable_data,
-                  "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data))}
+  observe_data = {
+    "eval": eval_data,
+    "probes": probes,
+    "extra": observable_data,
+    "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data)),
+  }
   layout = sharding_lib.leading_axis(s.num_chains, "chains")
   program = _components_program(per_sample_loss, s, observable, layout)
-  mom = jax.device_get(program(params, data, sgld.chain_keys(key, s.num_chains), masks, observe_data))
+  mom = jax.device_get(
+    program(params, data, sgld.chain_keys(key, s.num_chains), masks, observe_data)
+  )
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
   merged = jax.vmap(moments_reduce)(jax.tree.map(jnp.asarray, mom))
   chi = -np.asarray(moments_covariance(merged))
   llc = s.nbeta * np.asarray(merged.mean_phi[:, 0])
   if not (np.all(np.isfinite(chi)) and np.all(np.isfinite(llc))):
-    raise FloatingPointError(f"non-finite susceptibilities (step_size={s.step_size:g}); try a smaller step_size "
-                             "or a larger localization")
-  return SusceptibilityResult(chi=chi, response=s.nbeta * chi,
-                              standard_error=per_chain.std(1, ddof=1) / np.sqrt(s.num_chains) if s.num_chains > 1
-                              else np.full_like(chi, np.nan), llc=llc,
-                              observable_means=np.asarray(merged.mean_phi), components=tuple(components),
-                              probe_shape=probe_shape, nbeta=s.nbeta)
+    raise FloatingPointError(
+      f"non-finite susceptibilities (step_size={s.step_size:g}); try a smaller step_size "
+      "or a larger localization"
+    )
+  return SusceptibilityResult(
+    chi=chi,
+    response=s.nbeta * chi,
+    standard_error=per_chain.std(1, ddof=1) / np.sqrt(s.num_chains)
+    if s.num_chains > 1
+    else np.full_like(chi, np.nan),
+    llc=llc,
+    observable_means=np.asarray(merged.mean_phi),
+    components=tuple(components),
+    probe_shape=probe_shape,
+    nbeta=s.nbeta,
+  )
 
 
 def _output_shape(fn: Callable, *args) -> tuple[int, ...]:
-  """``fn(*args).shape`` without running it, traced once per function and argument shapes (``jax.eval_shape``
-  alone traces on every call)."""
+  """``fn(*args).shape`` without running it, traced once per function and argument shapes
+  (``jax.eval_shape`` alone traces on every call)."""
   leaves, treedef = jax.tree.flatten(args)
-  return _output_shape_of(fn, treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype).name) for x in leaves))
+  return _output_shape_of(
+    fn, treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype).name) for x in leaves)
+  )
 
 
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
@@ -220,8 +271,8 @@ def _output_shape_of(fn, treedef, avals) -> tuple[int, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class _ComponentObserve:
-  """``(φ, ΔL)`` at a draw: the evaluation-subset loss change (and the extra observables), and every probe's
-  shift ``ℓ_i − L``. Hashable by its functions, so equal calls share one program."""
+  """``(φ, ΔL)`` at a draw: the evaluation-subset loss change (and the extra observables), and every
+  probe's shift ``ℓ_i − L``. Hashable by its functions, so equal calls share one program."""
 
   per_sample_loss: Callable
   observable: Callable | None
@@ -231,51 +282,79 @@ class _ComponentObserve:
     probe = self.per_sample_loss(w, od["probes"]).reshape(-1)
     phi = (eval_loss - od["eval_loss_star"])[None]
     if self.observable is not None:
-      phi = jnp.concatenate([phi, jnp.asarray(self.observable(w, od["extra"]), phi.dtype).reshape(-1)])
+      phi = jnp.concatenate(
+        [phi, jnp.asarray(self.observable(w, od["extra"]), phi.dtype).reshape(-1)]
+      )
     return phi, probe - eval_loss
 
 
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
 def _components_program(per_sample_loss, settings: sgld.SGLDSettings, observable, layout):
   loss_fn = sgld.MeanLoss(per_sample_loss)
-  accumulator = StreamedMoments(_ComponentObserve(per_sample_loss, observable), start=settings.num_burnin)
+  accumulator = StreamedMoments(
+    _ComponentObserve(per_sample_loss, observable), start=settings.num_burnin
+  )
 
   def run(params, data, keys, masks, observe_data):
     def component(mask):
-      chain = lambda k: sgld.sample_chain(loss_fn, params, data, k, settings.num_steps, settings, mask, accumulator,
-                                          observe_data)["accumulated"]
+      chain = lambda k: sgld.sample_chain(
+        loss_fn, params, data, k, settings.num_steps, settings, mask, accumulator, observe_data
+      )["accumulated"]
       return jax.vmap(chain)(keys)
+
     return jax.vmap(component)(masks)
 
   return sgld.jit_over_chains(run, layout, chain_axis=1)  # outputs are (components, chains, ...)
 
 
 def principal_directions(chi, num: int | None = None, center: bool = True) -> dict[str, np.ndarray]:
-  """The SVD of a susceptibility matrix ``χ`` (components × probes): ``U`` (components), ``S``, ``Vt``
-  (probes) and each direction's share of the variance ``S²/ΣS²``. With ``center`` each component's row mean
-  over probes is removed first: a uniform shift of every probe is a change of the whole distribution's
-  scale, not a direction of it."""
+  """The SVD of a susceptibility matrix ``χ`` (components × probes): ``U`` (components), ``S``,
+  ``Vt`` (probes) and each direction's share of the variance ``S²/ΣS²``. With ``center`` each
+  component's row mean over probes is removed first: a uniform shift of every probe is a change of
+  the whole distribution's scale, not a direction of it."""
   chi = np.asarray(chi, np.float64)
   if chi.ndim != 2:
     raise ValueError(f"chi must be (components, probes); got shape {chi.shape}")
   x = chi - chi.mean(1, keepdims=True) if center else chi
   u, s, vt = np.linalg.svd(x, full_matrices=False)
   num = len(s) if num is None else num
-  return {"U": u[:, :num], "S": s[:num], "Vt": vt[:num], "explained_variance": (s**2 / np.sum(s**2))[:num]}
+  return {
+    "U": u[:, :num],
+    "S": s[:num],
+    "Vt": vt[:num],
+    "explained_variance": (s**2 / np.sum(s**2))[:num],
+  }
 
 
-def bif(per_sample_loss: Callable, params, data, queries, train_probes, *, key: jax.Array,
-        settings: sgld.SGLDSettings | None = None, **sgld_keywords) -> np.ndarray:
-  """The Bayesian influence function ``BIF(q, i) = −Cov(ℓ_q, ℓ_i)`` of training probes ``i`` on query
-  samples ``q`` over the localized posterior, ``(Q, I)``. The SGLD settings are ``settings`` or the keywords
-  of :func:`estimate_susceptibilities` (``step_size``, ``nbeta``, ``localization``, ``batch_size``, chains and
-  draws); the query losses are the observables, so ``Q`` columns of moments are streamed. Repeated calls with
-  the same ``per_sample_loss`` and settings reuse one compiled program."""
+def bif(
+  per_sample_loss: Callable,
+  params,
+  data,
+  queries,
+  train_probes,
+  *,
+  key: jax.Array,
+  settings: sgld.SGLDSettings | None = None,
+  **sgld_keywords,
+) -> np.ndarray:
+  """The Bayesian influence function ``BIF(q, i) = −Cov(ℓ_q, ℓ_i)`` of training probes ``i`` on
+  query samples ``q`` over the localized posterior, ``(Q, I)``. The SGLD settings are ``settings``
+  or the keywords of :func:`estimate_susceptibilities` (``step_size``, ``nbeta``, ``localization``,
+  ``batch_size``, chains and draws); the query losses are the observables, so ``Q`` columns of
+  moments are streamed. Repeated calls with the same ``per_sample_loss`` and settings reuse one
+  compiled program."""
   s = sgld.settings_from(settings, **sgld_keywords)
   s = dataclasses.replace(s, mala=False)
   accumulator = StreamedMoments(_BifObserve(per_sample_loss), start=s.num_burnin)
-  traces = sgld.sample_chains(sgld.MeanLoss(per_sample_loss), params, data, key, s, accumulator=accumulator,
-                              accumulator_data={"queries": queries, "train": train_probes})
+  traces = sgld.sample_chains(
+    sgld.MeanLoss(per_sample_loss),
+    params,
+    data,
+    key,
+    s,
+    accumulator=accumulator,
+    accumulator_data={"queries": queries, "train": train_probes},
+  )
   merged = moments_reduce(traces["accumulated"])
   return -np.asarray(moments_covariance(merged))
 
@@ -285,4 +364,6 @@ class _BifObserve:
   per_sample_loss: Callable
 
   def __call__(self, w, od):
-    return self.per_sample_loss(w, od["queries"]).reshape(-1), self.per_sample_loss(w, od["train"]).reshape(-1)
+    return self.per_sample_loss(w, od["queries"]).reshape(-1), self.per_sample_loss(
+      w, od["train"]
+    ).reshape(-1)

@@ -2,15 +2,19 @@
 
 Two-layer networks are trained with online SGD (a fresh batch every step, drawn on the device) on
 
-* ``amplitude``: two Gaussian classes whose power spectra differ (``alpha0`` vs ``alpha1``), random phases;
-* ``linear_process``: same spectrum ``alpha`` for both classes, class 1 is ``h ⊛ ξ`` with non-Gaussian ``ξ``;
-* ``spiked_principal`` / ``spiked_isotropic``: same spectrum, class 1 is the coloured spiked-cumulant model
-  with the spike drawn from the power-law spectrum (dominant principal subspace) or uniformly.
+* ``amplitude``: two Gaussian classes whose power spectra differ (``alpha0`` vs ``alpha1``), random
+  phases;
+* ``linear_process``: same spectrum ``alpha`` for both classes, class 1 is ``h ⊛ ξ`` with
+  non-Gaussian ``ξ``;
+* ``spiked_principal`` / ``spiked_isotropic``: same spectrum, class 1 is the coloured
+  spiked-cumulant model with the spike drawn from the power-law spectrum (dominant principal
+  subspace) or uniformly.
 
-At every logged step the networks are evaluated on a fixed test set and on two transformed copies of it:
-phase-scrambled (amplitudes kept, phases randomised) and amplitude-whitened (phases kept, flat spectrum).
-Accuracy that survives scrambling comes from amplitude information; accuracy that survives whitening comes
-from phase information. See :mod:`mechjax.data.fourier` for the data model and its references.
+At every logged step the networks are evaluated on a fixed test set and on two transformed copies of
+it: phase-scrambled (amplitudes kept, phases randomised) and amplitude-whitened (phases kept, flat
+spectrum). Accuracy that survives scrambling comes from amplitude information; accuracy that
+survives whitening comes from phase information. See :mod:`mechjax.data.fourier` for the data model
+and its references.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from mechjax import config
 from mechjax import plotting
 from mechjax import rng
 from mechjax.data import fourier
-from mechjax.models.mlp import ACTIVATIONS, TwoLayer
+from mechjax.models.mlp import ACTIVATIONS
+from mechjax.models.mlp import TwoLayer
 from mechjax.studies import frame
 from mechjax.train import loop
 
@@ -39,7 +44,8 @@ NAME = "fourier_phase"
 
 
 def _distinct_runs(alphas) -> str | None:
-  """Conditions are named with ``alpha:g``, so two alphas equal to 6 significant digits would share a run."""
+  """Conditions are named with ``alpha:g``, so two alphas equal to 6 significant digits would share
+  a run."""
   return None if len({f"{a:g}" for a in alphas}) == len(alphas) else "must not repeat a value"
 
 
@@ -53,36 +59,61 @@ def _shape(shape) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Config(config.Settings):
-  run: config.RunSettings = config.group(config.RunSettings(steps=30_000, num_seeds=4, log_every=500,
-                                                            checkpoint_every=10_000))
-  tasks: tuple[str, ...] = config.setting(TASKS, "Tasks to train.", choices=TASKS,
-                                          check=config.all_of(config.non_empty, config.distinct))
+  run: config.RunSettings = config.group(
+    config.RunSettings(steps=30_000, num_seeds=4, log_every=500, checkpoint_every=10_000)
+  )
+  tasks: tuple[str, ...] = config.setting(
+    TASKS, "Tasks to train.", choices=TASKS, check=config.all_of(config.non_empty, config.distinct)
+  )
   alphas: tuple[float, ...] = config.setting(
-      (0.0, 1.0, 2.0), "Power-spectrum exponents for the phase tasks, E|x_k|^2 ~ |k|^-alpha.", flag="alpha",
-      check=config.all_of(config.non_empty, config.each(config.non_negative), _distinct_runs))
-  shape: tuple[int, ...] = config.setting((32,), "Input shape: N for 1D signals, or H,W for images (e.g. 16,16).",
-                                          check=_shape)
+    (0.0, 1.0, 2.0),
+    "Power-spectrum exponents for the phase tasks, E|x_k|^2 ~ |k|^-alpha.",
+    flag="alpha",
+    check=config.all_of(config.non_empty, config.each(config.non_negative), _distinct_runs),
+  )
+  shape: tuple[int, ...] = config.setting(
+    (32,), "Input shape: N for 1D signals, or H,W for images (e.g. 16,16).", check=_shape
+  )
   amplitude_alphas: tuple[float, float] = config.setting(
-      (0.0, 1.0), "The two spectrum exponents of the amplitude task's classes.",
-      check=config.all_of(config.each(config.non_negative), config.distinct))
-  beta: float = config.setting(5.0, "Spike strength beta of the spiked-cumulant task.", check=config.non_negative)
-  noise: str = config.setting("rademacher", "Non-Gaussian noise of the linear-process task.", choices=fourier.NOISES)
-  width: int = config.setting(64, "Hidden units of the two-layer network.", check=config.at_least(1))
+    (0.0, 1.0),
+    "The two spectrum exponents of the amplitude task's classes.",
+    check=config.all_of(config.each(config.non_negative), config.distinct),
+  )
+  beta: float = config.setting(
+    5.0, "Spike strength beta of the spiked-cumulant task.", check=config.non_negative
+  )
+  noise: str = config.setting(
+    "rademacher", "Non-Gaussian noise of the linear-process task.", choices=fourier.NOISES
+  )
+  width: int = config.setting(
+    64, "Hidden units of the two-layer network.", check=config.at_least(1)
+  )
   activation: str = config.setting("relu", "Hidden activation.", choices=sorted(ACTIVATIONS))
-  batch_size: int = config.setting(64, "Fresh samples per SGD step (online SGD: no sample is seen twice).",
-                                   check=config.at_least(2))
+  batch_size: int = config.setting(
+    64,
+    "Fresh samples per SGD step (online SGD: no sample is seen twice).",
+    check=config.at_least(2),
+  )
   learning_rate: float = config.setting(0.05, "SGD step size.", check=config.positive)
-  eval_samples: int = config.setting(4096, "Size of the fixed test set (and its scrambled and whitened copies).",
-                                     check=config.at_least(2))
-  target_accuracy: float = config.setting(0.6, "summary.json reports the samples needed to reach this test "
-                                          "accuracy.", check=config.within(0.5, 1.0, high_open=False))
+  eval_samples: int = config.setting(
+    4096,
+    "Size of the fixed test set (and its scrambled and whitened copies).",
+    check=config.at_least(2),
+  )
+  target_accuracy: float = config.setting(
+    0.6,
+    "summary.json reports the samples needed to reach this test accuracy.",
+    check=config.within(0.5, 1.0, high_open=False),
+  )
 
 
 @dataclasses.dataclass(frozen=True)
 class Condition:
   run: str
   task: str
-  alpha: float | None  # None for the amplitude task (its two exponents are in Config.amplitude_alphas).
+  alpha: (
+    float | None
+  )  # None for the amplitude task (its two exponents are in Config.amplitude_alphas).
 
 
 def conditions(cfg: Config) -> list[Condition]:
@@ -96,29 +127,34 @@ def conditions(cfg: Config) -> list[Condition]:
   names = [c.run for c in out]
   if len(set(names)) != len(names):
     dup = sorted({n for n in names if names.count(n) > 1})
-    raise ValueError(f"tasks and alphas must name distinct runs; {', '.join(dup)} would appear twice "
-                     "(repeated --tasks or --alpha values, or alphas equal to 6 significant digits)")
+    raise ValueError(
+      f"tasks and alphas must name distinct runs; {', '.join(dup)} would appear twice "
+      "(repeated --tasks or --alpha values, or alphas equal to 6 significant digits)"
+    )
   return out
 
 
 def make_sampler(cfg: Config, cond: Condition):
-  """``sample(key, n) -> (x, y)`` for one condition; the spike (the teacher) is the stream ``"spike"`` of
-  ``--seed``, not any seed's training key."""
+  """``sample(key, n) -> (x, y)`` for one condition; the spike (the teacher) is the stream
+  ``"spike"`` of ``--seed``, not any seed's training key."""
   shape = cfg.shape
   if cond.task == "amplitude":
     a0, a1 = cfg.amplitude_alphas
     return lambda key, n: fourier.sample_amplitude_task(key, n, shape=shape, alpha0=a0, alpha1=a1)
   if cond.task == "linear_process":
-    return lambda key, n: fourier.sample_phase_task(key, n, shape=shape, alpha=cond.alpha, signal="linear_process",
-                                                    noise=cfg.noise)
+    return lambda key, n: fourier.sample_phase_task(
+      key, n, shape=shape, alpha=cond.alpha, signal="linear_process", noise=cfg.noise
+    )
   kind = cond.task.removeprefix("spiked_")
   u = fourier.make_spike(rng.key(cfg.run.seed, "spike"), shape, cond.alpha, kind)
-  return lambda key, n: fourier.sample_phase_task(key, n, shape=shape, alpha=cond.alpha, signal="spiked_cumulant",
-                                                  strength=cfg.beta, u=u)
+  return lambda key, n: fourier.sample_phase_task(
+    key, n, shape=shape, alpha=cond.alpha, signal="spiked_cumulant", strength=cfg.beta, u=u
+  )
 
 
 def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
-  """Logistic loss on a fresh batch per step; evaluation on clean, phase-scrambled and whitened test sets."""
+  """Logistic loss on a fresh batch per step; evaluation on clean, phase-scrambled and whitened test
+  sets."""
   model = TwoLayer(cfg.width, cfg.activation)
   sample = make_sampler(cfg, cond)
   ndim = len(cfg.shape)
@@ -137,17 +173,18 @@ def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
     acc = lambda inputs: jnp.mean((model.apply(params, inputs) > 0) == (y == 1))
     logits = model.apply(params, x)
     return {
-        "test_loss": jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)),
-        "test_acc": jnp.mean((logits > 0) == (y == 1)),
-        "scrambled_acc": acc(fourier.phase_scramble(k_scramble, x, ndim=ndim)),
-        "whitened_acc": acc(fourier.whiten_amplitudes(x, ndim=ndim)),
+      "test_loss": jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)),
+      "test_acc": jnp.mean((logits > 0) == (y == 1)),
+      "scrambled_acc": acc(fourier.phase_scramble(k_scramble, x, ndim=ndim)),
+      "whitened_acc": acc(fourier.whiten_amplitudes(x, ndim=ndim)),
     }
 
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
 
 
 def samples_to_accuracy(history: list[dict], target: float, batch_size: int) -> int | None:
-  """Samples (steps × batch) at the first logged step where the seed-mean test accuracy reaches ``target``."""
+  """Samples (steps × batch) at the first logged step where the seed-mean test accuracy reaches
+  ``target``."""
   for row in history:
     if np.mean(row["test_acc"]) >= target:
       return int(row["step"]) * batch_size
@@ -157,47 +194,50 @@ def samples_to_accuracy(history: list[dict], target: float, batch_size: int) -> 
 def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> dict:
   final = np.asarray(history[-1]["test_acc"])
   return {
-      "task": cond.task,
-      "alpha": cond.alpha,
-      "samples_to_target": samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size),
-      "final_test_acc_mean": float(final.mean()),
-      "final_test_acc_sd": float(final.std()),
-      "final_scrambled_acc_mean": float(np.mean(history[-1]["scrambled_acc"])),
-      "final_whitened_acc_mean": float(np.mean(history[-1]["whitened_acc"])),
-      "steps": int(history[-1]["step"]),
-      "samples": int(history[-1]["step"]) * cfg.batch_size,
+    "task": cond.task,
+    "alpha": cond.alpha,
+    "samples_to_target": samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size),
+    "final_test_acc_mean": float(final.mean()),
+    "final_test_acc_sd": float(final.std()),
+    "final_scrambled_acc_mean": float(np.mean(history[-1]["scrambled_acc"])),
+    "final_whitened_acc_mean": float(np.mean(history[-1]["whitened_acc"])),
+    "steps": int(history[-1]["step"]),
+    "samples": int(history[-1]["step"]) * cfg.batch_size,
   }
 
 
 @frame.study
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-  """Trains every condition (resuming any that were interrupted), then writes summary.json and figures."""
+  """Trains every condition (resuming any that were interrupted), then writes summary.json and
+  figures."""
   histories, summary = {}, {"target_accuracy": cfg.target_accuracy, "conditions": {}}
-  keys = loop.seed_keys(cfg.run.seed, cfg.run.num_seeds)
   optimizer = optax.sgd(cfg.learning_rate)
   for cond in conditions(cfg):
-    result = loop.train(make_problem(cfg, cond), optimizer, keys=keys, steps=cfg.run.steps, workdir=ctx.workdir,
-                        run=cond.run, log_every=cfg.run.log_every, checkpoint_every=cfg.run.checkpoint_every,
-                        progress=ctx.progress, summarize=_progress_text)
+    result = ctx.train(cond.run, make_problem(cfg, cond), optimizer, summarize=_progress_text)
     histories[cond.run] = result.history
     summary["conditions"][cond.run] = summarize_condition(cfg, cond, result.history)
   return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, histories, folder))
 
 
 def report(summary: dict) -> list[str]:
-  """What the command line prints: each condition's final accuracy and when it reached the target."""
+  """What the command line prints: each condition's final accuracy and when it reached the
+  target."""
   lines = []
   for name, c in summary["conditions"].items():
     reached = c["samples_to_target"]
     reached = f"{reached} samples" if reached is not None else f"not within {c['samples']} samples"
-    lines.append(f"  {name:32s} final test acc {c['final_test_acc_mean']:.3f} ± {c['final_test_acc_sd']:.3f}; "
-                 f"{summary['target_accuracy']:g} reached: {reached}")
+    lines.append(
+      f"  {name:32s} final test acc {c['final_test_acc_mean']:.3f} ± {c['final_test_acc_sd']:.3f}; "
+      f"{summary['target_accuracy']:g} reached: {reached}"
+    )
   return lines
 
 
 def _progress_text(row: dict) -> str:
-  return (f"loss {np.mean(row['train_loss']):.4f} | test acc {np.mean(row['test_acc']):.3f} "
-          f"(scrambled {np.mean(row['scrambled_acc']):.3f}, whitened {np.mean(row['whitened_acc']):.3f})")
+  return (
+    f"loss {np.mean(row['train_loss']):.4f} | test acc {np.mean(row['test_acc']):.3f} "
+    f"(scrambled {np.mean(row['scrambled_acc']):.3f}, whitened {np.mean(row['whitened_acc']):.3f})"
+  )
 
 
 def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> list[str]:
@@ -219,26 +259,58 @@ def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> lis
     elif cs:
       best = max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"]))
       amp_vs_phase.append(curve(best, label=f"{task} (alpha={best.alpha:g})"))
-  written.append(plotting.curves_figure(
-      [("amplitude vs. phase information", amp_vs_phase)], os.path.join(figures, "amplitude_vs_phase.png"),
-      ylabel="test accuracy", target=cfg.target_accuracy))
+  written.append(
+    plotting.curves_figure(
+      [("amplitude vs. phase information", amp_vs_phase)],
+      os.path.join(figures, "amplitude_vs_phase.png"),
+      ylabel="test accuracy",
+      target=cfg.target_accuracy,
+    )
+  )
 
-  # 2. Phase-task accuracy vs samples for each alpha: both regimes of the power-law effect side by side.
-  panels = [(task, [curve(c, label=f"alpha={c.alpha:g}") for c in by_task[task]])
-            for task in PHASE_TASKS if by_task.get(task)]
+  # 2. Phase-task accuracy vs samples for each alpha: both regimes of the power-law effect side by
+  #    side.
+  panels = [
+    (task, [curve(c, label=f"alpha={c.alpha:g}") for c in by_task[task]])
+    for task in PHASE_TASKS
+    if by_task.get(task)
+  ]
   if panels:
-    written.append(plotting.curves_figure(panels, os.path.join(figures, "phase_vs_alpha.png"),
-                                          ylabel="test accuracy", target=cfg.target_accuracy))
+    written.append(
+      plotting.curves_figure(
+        panels,
+        os.path.join(figures, "phase_vs_alpha.png"),
+        ylabel="test accuracy",
+        target=cfg.target_accuracy,
+      )
+    )
 
   # 3. Which information the network uses: clean vs phase-scrambled vs amplitude-whitened test sets.
   info_panels = []
   for task, cs in by_task.items():
     if not cs:
       continue
-    cond = cs[0] if task == "amplitude" else max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"]))
-    info_panels.append((cond.run, [curve(cond, "test_acc", "clean test set"),
-                                   curve(cond, "scrambled_acc", "phase-scrambled (amplitudes only)"),
-                                   curve(cond, "whitened_acc", "amplitude-whitened (phases only)")]))
-  written.append(plotting.curves_figure(info_panels, os.path.join(figures, "information_used.png"),
-                                        ylabel="test accuracy", target=None))
+    cond = (
+      cs[0]
+      if task == "amplitude"
+      else max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"]))
+    )
+    info_panels.append(
+      (
+        cond.run,
+        [
+          curve(cond, "test_acc", "clean test set"),
+          curve(cond, "scrambled_acc", "phase-scrambled (amplitudes only)"),
+          curve(cond, "whitened_acc", "amplitude-whitened (phases only)"),
+        ],
+      )
+    )
+  written.append(
+    plotting.curves_figure(
+      info_panels,
+      os.path.join(figures, "information_used.png"),
+      ylabel="test accuracy",
+      target=None,
+    )
+  )
   return written

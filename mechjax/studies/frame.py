@@ -1,24 +1,26 @@
 """What every study does around its science: the workdir contract, cached stages, and the ending.
 
-A study module defines ``NAME``, a ``Config`` (:mod:`mechjax.config`), ``report(summary) -> lines`` and its
-``run``, decorated with :func:`study`::
+A study module defines ``NAME``, a ``Config`` (:mod:`mechjax.config`), ``report(summary) -> lines``
+and its ``run``, decorated with :func:`study`::
 
     @frame.study
     def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-      result = loop.train(problem, optimizer, keys=..., workdir=ctx.workdir, progress=ctx.progress, ...)
-      chi = ctx.stage("susceptibility", lambda: estimate(...), fmt="npz")   # computed once, reloaded on rerun
+      result = loop.train(problem, optimizer, keys=..., workdir=ctx.workdir, ...)
+      chi = ctx.stage("susceptibility", lambda: estimate(...), fmt="npz")  # reloaded on a rerun
       return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, ..., folder))
 
-The decorated function is called ``run(cfg, workdir, *, overwrite=False, progress=True) -> summary``, from
-Python and from the command line alike (:func:`mechjax.train.flags.experiment`), and does, around the body:
+The decorated function is called ``run(cfg, workdir, *, overwrite=False, progress=True) ->
+summary``, from Python and from the command line alike (:func:`mechjax.train.flags.experiment`), and
+does, around the body:
 
-1. **prepare** the workdir (:func:`mechjax.train.workdir.prepare`): a new folder gets ``config.json``; a
-   folder whose ``config.json`` differs is refused, naming the settings; ``overwrite=True`` starts afresh; a
-   finished run (``summary.json`` exists) is not recomputed: its summary is returned;
+1. **prepare** the workdir (:func:`mechjax.train.workdir.prepare`): a new folder gets
+   ``config.json``; a folder whose ``config.json`` differs is refused, naming the settings;
+   ``overwrite=True`` starts afresh; a finished run (``summary.json`` exists) is not recomputed: its
+   summary is returned;
 2. run the body, whose training resumes from checkpoints and whose :meth:`Context.stage` results are
    reloaded, so an interrupted run or analysis picks up where it stopped;
-3. **finish**, on the writer process only (process 0 under multi-host JAX): the figures, the extra files and,
-   last, ``summary.json``, whose presence marks the run finished.
+3. **finish**, on the writer process only (process 0 under multi-host JAX): the figures, the extra
+   files and, last, ``summary.json``, whose presence marks the run finished.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mechjax import config as config_lib
+from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
 from mechjax.train import workdir as workdir_lib
 
@@ -40,10 +43,30 @@ FORMATS = ("json", "npz")
 
 @dataclasses.dataclass
 class Context:
-  """What a study's body gets besides its config: where to write, whether to print progress, and stages."""
+  """What a study's body gets besides its config: where to write, whether to print progress, how to
+  train with its run settings, and stages."""
 
   workdir: str
   progress: bool = True
+  run: config_lib.RunSettings | None = None  # the study's ``cfg.run``
+
+  def train(self, name: str, problem: loop.Problem, optimizer, **overrides) -> loop.TrainResult:
+    """:func:`mechjax.train.loop.train` of run ``name`` in this workdir, with the study's run
+    settings: seed keys from ``--seed`` and ``--num_seeds``, ``--steps``, ``--log_every``,
+    ``--checkpoint_every``, and this context's progress lines. ``overrides`` replace any of them
+    (``keys=``, ``steps=``, ...) or add :func:`~mechjax.train.loop.train`'s other arguments
+    (``keep_checkpoints=None``, ...)."""
+    if self.run is None:
+      raise ValueError("this context has no run settings; pass run=cfg.run to Context")
+    r = self.run
+    kwargs = dict(
+      keys=loop.seed_keys(r.seed, r.num_seeds),
+      steps=r.steps,
+      log_every=r.log_every,
+      checkpoint_every=r.checkpoint_every,
+      progress=self.progress,
+    )
+    return loop.train(problem, optimizer, workdir=self.workdir, run=name, **{**kwargs, **overrides})
 
   def path(self, name: str) -> str:
     return os.path.join(self.workdir, name)
@@ -54,12 +77,13 @@ class Context:
       print(text, flush=True)
 
   def stage(self, name: str, compute: Callable[[], Any], fmt: str = "json") -> Any:
-    """The result of ``compute()``, saved as ``<workdir>/<name>.<fmt>`` the first time and loaded from there
-    on every later call with this workdir (a rerun after an interruption, or of a finished run's analysis).
+    """The result of ``compute()``, saved as ``<workdir>/<name>.<fmt>`` the first time and loaded
+    from there on every later call with this workdir (a rerun after an interruption, or of a
+    finished run's analysis).
 
-    ``fmt="json"`` stores a tree of dicts, lists, numbers and strings (arrays become lists; load gives lists
-    back); ``fmt="npz"`` stores a flat dict of arrays (load gives NumPy arrays). Every process computes; only
-    the writer saves.
+    ``fmt="json"`` stores a tree of dicts, lists, numbers and strings (arrays become lists; load
+    gives lists back); ``fmt="npz"`` stores a flat dict of arrays (load gives NumPy arrays). Every
+    process computes; only the writer saves.
     """
     if fmt not in FORMATS:
       raise ValueError(f"fmt must be one of {FORMATS}; got {fmt!r}")
@@ -81,9 +105,10 @@ class Outputs:
 
   Attributes:
     summary: the headline numbers, written last as ``summary.json``.
-    figures: ``figures(folder) -> [file names]``, called on the writer with ``<workdir>/figures``; the names
-      are recorded in the summary under ``"figures"``.
-    files: extra outputs by file name: ``.json`` (a tree), ``.npz`` (a dict of arrays) or text (``.md``, ...).
+    figures: ``figures(folder) -> [file names]``, called on the writer with ``<workdir>/figures``;
+      the names are recorded in the summary under ``"figures"``.
+    files: extra outputs by file name: ``.json`` (a tree), ``.npz`` (a dict of arrays) or text
+    (``.md``, ...).
   """
 
   summary: dict
@@ -104,8 +129,8 @@ def _write(path: str, obj: Any) -> None:
 
 
 def finish(workdir: str, outputs: Outputs) -> dict:
-  """Writes the figures, the extra files and ``summary.json`` (last), on the writer process; returns the
-  summary (with ``"figures"`` on the writer)."""
+  """Writes the figures, the extra files and ``summary.json`` (last), on the writer process; returns
+  the summary (with ``"figures"`` on the writer)."""
   summary = dict(outputs.summary)
   if metrics_lib.is_writer():
     if outputs.figures is not None:
@@ -123,20 +148,27 @@ def study(body: Callable[[Any, Context], Outputs]):
   progress=True) -> summary`` with the workdir contract around it (see the module docstring)."""
 
   @functools.wraps(body)
-  def run(cfg, workdir: str | os.PathLike, *, overwrite: bool = False, progress: bool = True) -> dict:
+  def run(
+    cfg, workdir: str | os.PathLike, *, overwrite: bool = False, progress: bool = True
+  ) -> dict:
     if not isinstance(cfg, config_lib.Settings):
       raise TypeError(f"cfg must be the study's Config; got {type(cfg).__name__}")
     workdir = os.fspath(workdir)
     status = workdir_lib.prepare(workdir, cfg, overwrite=overwrite)
     if status is workdir_lib.Status.COMPLETE:
       if progress:
-        print(f"{workdir}: this run is complete (summary.json exists); nothing to do. Pass --overwrite "
-              "(overwrite=True) to start afresh.", flush=True)
+        print(
+          f"{workdir}: this run is complete (summary.json exists); nothing to do. Pass --overwrite "
+          "(overwrite=True) to start afresh.",
+          flush=True,
+        )
       with open(os.path.join(workdir, "summary.json")) as f:
         return json.load(f)
-    return finish(workdir, body(cfg, Context(workdir, progress)))
+    return finish(workdir, body(cfg, Context(workdir, progress, getattr(cfg, "run", None))))
 
   run.__doc__ = (body.__doc__ or "") + (
-      "\n\n  Called as ``run(cfg, workdir, *, overwrite=False, progress=True) -> summary``: the workdir contract of "
-      ":mod:`mechjax.studies.frame` applies (config.json, resume, overwrite, summary.json last).")
+    "\n\n  Called as ``run(cfg, workdir, *, overwrite=False, progress=True) -> summary``: the "
+    "workdir contract of "
+    ":mod:`mechjax.studies.frame` applies (config.json, resume, overwrite, summary.json last)."
+  )
   return run

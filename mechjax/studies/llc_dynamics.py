@@ -1,27 +1,28 @@
-"""The LLC over training: a deep linear network learns a low-rank teacher mode by mode, and the local
-learning coefficient (Lau et al. 2023, arXiv:2308.12108) is estimated at every checkpoint.
+"""The LLC over training: a deep linear network learns a low-rank teacher mode by mode, and the
+local learning coefficient (Lau et al. 2023, arXiv:2308.12108) is estimated at every checkpoint.
 
 The data are ``x ~ N(0, I)`` and ``y = x·M (+ noise)`` with a teacher ``M = V diag(s) Uᵀ`` of rank
 ``R = len(s)``, fixed by ``--seed``. The student is ``f(x) = x W_1 ⋯ W_L`` with layer widths
 ``(H_0, …, H_L)``, trained by SGD on minibatches of a fixed dataset of ``n`` samples from a small
-initialisation. It learns the teacher's modes one at a time, strongest first (saddle-to-saddle dynamics),
-so the loss falls in steps and the number of learned modes ``r`` rises ``0 → R``.
+initialisation. It learns the teacher's modes one at a time, strongest first (saddle-to-saddle
+dynamics), so the loss falls in steps and the number of learned modes ``r`` rises ``0 → R``.
 
-At every checkpoint the LLC is estimated with ``num_chains`` vmapped SGLD chains (one compiled program for
-all checkpoints, seeds and localizations). Two reference values are drawn with it:
+At every checkpoint the LLC is estimated with ``num_chains`` vmapped SGLD chains (one compiled
+program for all checkpoints, seeds and localizations). Two reference values are drawn with it:
 
 * the converged network sits at a true parameter of a rank-``R`` deep linear network, whose learning
-  coefficient is known in closed form (Aoyagi 2024; :func:`mechjax.slt.closed_forms.deep_linear_network`).
-  The last checkpoint's estimate is compared with it, as in :mod:`theory.llc_closed_forms`.
+  coefficient is known in closed form (Aoyagi 2024;
+  :func:`mechjax.slt.closed_forms.deep_linear_network`). The last checkpoint's estimate is compared
+  with it, as in :mod:`theory.llc_closed_forms`.
 * a plateau with ``r < R`` learned modes is *not* a minimum: it is a degenerate saddle whose escape
   directions are cubic (for three layers) in the unused hidden units. A chain started there drifts
-  downhill at a rate set by ``nβ`` against the localization ``γ``, and its estimate is then negative or
-  unstable. The closed-form ``λ(r)`` of a rank-``r`` network is drawn for these plateaus as the value a
-  local minimum with that rank would have; whether an estimate approaches it depends on ``γ``, which is
-  why the study runs more than one ``γ``.
+  downhill at a rate set by ``nβ`` against the localization ``γ``, and its estimate is then negative
+  or unstable. The closed-form ``λ(r)`` of a rank-``r`` network is drawn for these plateaus as the
+  value a local minimum with that rank would have; whether an estimate approaches it depends on
+  ``γ``, which is why the study runs more than one ``γ``.
 
-Outputs in the workdir: ``metrics.jsonl`` (training), ``llc.jsonl`` (one line per checkpoint, seed and
-``γ``; an interrupted run resumes after the last complete checkpoint), ``summary.json`` and
+Outputs in the workdir: ``metrics.jsonl`` (training), ``llc.jsonl`` (one line per checkpoint, seed
+and ``γ``; an interrupted run resumes after the last complete checkpoint), ``summary.json`` and
 ``figures/llc_dynamics.png``.
 """
 
@@ -54,37 +55,73 @@ RUN = "dln"
 
 @dataclasses.dataclass(frozen=True)
 class Config(config.Settings):
-  run: config.RunSettings = config.group(config.RunSettings(steps=4000, num_seeds=2, log_every=50,
-                                                            checkpoint_every=100))
+  run: config.RunSettings = config.group(
+    config.RunSettings(steps=4000, num_seeds=2, log_every=50, checkpoint_every=100)
+  )
   widths: tuple[int, ...] = config.setting(
-      (5, 5, 5, 5), "Layer widths H_0,...,H_L of the deep linear network (input first).",
-      check=lambda w: None if len(w) >= 3 and min(w) >= 1 else
-      "must be at least three positive integers (input, hidden..., output), e.g. 5,5,5,5")
+    (5, 5, 5, 5),
+    "Layer widths H_0,...,H_L of the deep linear network (input first).",
+    check=lambda w: (
+      None
+      if len(w) >= 3 and min(w) >= 1
+      else "must be at least three positive integers (input, hidden..., output), e.g. 5,5,5,5"
+    ),
+  )
   singular_values: tuple[float, ...] = config.setting(
-      (3.0, 2.0, 1.0), "The teacher's singular values; their number is its rank.",
-      check=config.all_of(config.non_empty, config.each(config.positive)))
-  noise: float = config.setting(0.0, "Standard deviation of Gaussian label noise (0: the teacher is a true "
-                                "parameter).", check=config.non_negative)
-  n: int = config.setting(10_000, "Training samples; the LLC is estimated on the same set with nβ = n / ln n.",
-                          check=config.at_least(2))
-  init_scale: float = config.setting(0.01, "Standard deviation of the initial weights (small: modes are learned "
-                                     "in stages).", check=config.positive)
+    (3.0, 2.0, 1.0),
+    "The teacher's singular values; their number is its rank.",
+    check=config.all_of(config.non_empty, config.each(config.positive)),
+  )
+  noise: float = config.setting(
+    0.0,
+    "Standard deviation of Gaussian label noise (0: the teacher is a true parameter).",
+    check=config.non_negative,
+  )
+  n: int = config.setting(
+    10_000,
+    "Training samples; the LLC is estimated on the same set with nβ = n / ln n.",
+    check=config.at_least(2),
+  )
+  init_scale: float = config.setting(
+    0.01,
+    "Standard deviation of the initial weights (small: modes are learned in stages).",
+    check=config.positive,
+  )
   batch_size: int = config.setting(64, "Training minibatch size.", check=config.at_least(1))
   learning_rate: float = config.setting(0.05, "SGD step size.", check=config.positive)
   sgld: sgld_lib.SGLDSettings = config.group(
-      sgld_lib.SGLDSettings(step_size=1e-5, localization=100.0, batch_size=256, num_chains=4, num_draws=2000,
-                            num_burnin=200),
-      help="The LLC estimates (the localization is set per estimate from --localization).",
-      flags={"num_chains": "llc_chains", "num_draws": "llc_draws", "num_burnin": "llc_burnin",
-             "step_size": "llc_step_size", "batch_size": "llc_batch_size", "nbeta": "nbeta"})
+    sgld_lib.SGLDSettings(
+      step_size=1e-5,
+      localization=100.0,
+      batch_size=256,
+      num_chains=4,
+      num_draws=2000,
+      num_burnin=200,
+    ),
+    help="The LLC estimates (the localization is set per estimate from --localization).",
+    flags={
+      "num_chains": "llc_chains",
+      "num_draws": "llc_draws",
+      "num_burnin": "llc_burnin",
+      "step_size": "llc_step_size",
+      "batch_size": "llc_batch_size",
+      "nbeta": "nbeta",
+    },
+  )
   localizations: tuple[float, ...] = config.setting(
-      (100.0, 1000.0), "Localization strengths γ; the LLC is estimated for each.", flag="localization",
-      check=config.all_of(config.non_empty, config.each(config.non_negative), config.distinct))
+    (100.0, 1000.0),
+    "Localization strengths γ; the LLC is estimated for each.",
+    flag="localization",
+    check=config.all_of(config.non_empty, config.each(config.non_negative), config.distinct),
+  )
 
   def validate(self):
     if len(self.singular_values) > min(self.widths):
-      raise ConfigError(("singular_values", "widths"), "the teacher's rank (the number of singular_values) must not "
-                        f"exceed the narrowest of widths ({min(self.widths)})")
+      raise ConfigError(
+        ("singular_values", "widths"),
+        "the teacher's rank (the number of singular_values) must not "
+        f"exceed the narrowest of widths ({min(self.widths)})",
+      )
     if max(self.batch_size, self.sgld.batch_size) > self.n:
       raise ConfigError(("batch_size", "sgld.batch_size", "n"), "batch sizes must not exceed n")
 
@@ -98,7 +135,8 @@ class Config(config.Settings):
 
 
 def teacher(cfg: Config) -> np.ndarray:
-  """``M = V diag(s) Uᵀ`` (``H_0 × H_L``) with random orthonormal ``V``, ``U`` from the stream ``"teacher"``."""
+  """``M = V diag(s) Uᵀ`` (``H_0 × H_L``) with random orthonormal ``V``, ``U`` from the stream
+  ``"teacher"``."""
   kv, ku = jax.random.split(rng.key(cfg.run.seed, "teacher"))
   r = cfg.rank
   v = np.linalg.qr(np.asarray(jax.random.normal(kv, (cfg.widths[0], r))))[0]
@@ -108,7 +146,8 @@ def teacher(cfg: Config) -> np.ndarray:
 
 
 def make_data(cfg: Config) -> dict:
-  """The fixed training set ``{"x": (n, H_0), "y": (n, H_L)}``; the LLC is estimated on the same set."""
+  """The fixed training set ``{"x": (n, H_0), "y": (n, H_L)}``; the LLC is estimated on the same
+  set."""
   kx, ke = jax.random.split(rng.key(cfg.run.seed, "data"))
   x = jax.random.normal(kx, (cfg.n, cfg.widths[0]))
   y = x @ jnp.asarray(teacher(cfg)) + cfg.noise * jax.random.normal(ke, (cfg.n, cfg.widths[-1]))
@@ -128,8 +167,8 @@ def half_mse(params: dict, batch: dict) -> jax.Array:
 
 
 def learned_modes(product: jax.Array, singular_values) -> jax.Array:
-  """How many teacher modes the product ``W_1⋯W_L`` has learned: its ``i``-th singular value (descending)
-  counts once it exceeds half of the teacher's ``i``-th."""
+  """How many teacher modes the product ``W_1⋯W_L`` has learned: its ``i``-th singular value
+  (descending) counts once it exceeds half of the teacher's ``i``-th."""
   s = jnp.sort(jnp.asarray(singular_values, jnp.float32))[::-1]
   sv = jnp.linalg.svd(product, compute_uv=False)[: s.shape[0]]
   return jnp.sum(sv > 0.5 * s)
@@ -140,7 +179,10 @@ def make_problem(cfg: Config, data: dict) -> loop.Problem:
 
   def init(key):
     keys = jax.random.split(key, len(shapes))
-    return {f"W{i + 1}": cfg.init_scale * jax.random.normal(k, s) for i, (k, s) in enumerate(zip(keys, shapes))}
+    return {
+      f"W{i + 1}": cfg.init_scale * jax.random.normal(k, s)
+      for i, (k, s) in enumerate(zip(keys, shapes))
+    }
 
   def loss(params, key):
     idx = jax.random.randint(key, (cfg.batch_size,), 0, cfg.n)
@@ -149,7 +191,10 @@ def make_problem(cfg: Config, data: dict) -> loop.Problem:
   def evaluate(params, key):
     del key
     product = forward(params, jnp.eye(cfg.widths[0]))
-    return {"full_loss": half_mse(params, data), "learned_modes": learned_modes(product, cfg.singular_values)}
+    return {
+      "full_loss": half_mse(params, data),
+      "learned_modes": learned_modes(product, cfg.singular_values),
+    }
 
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
 
@@ -159,11 +204,14 @@ def closed_form_llcs(cfg: Config) -> list[float]:
   return [float(cf.deep_linear_network(cfg.widths, r)[0]) for r in range(cfg.rank + 1)]
 
 
-def estimate_checkpoints(cfg: Config, ctx: frame.Context, data: dict, trained: loop.TrainResult) -> list[dict]:
+def estimate_checkpoints(
+  cfg: Config, ctx: frame.Context, data: dict, trained: loop.TrainResult
+) -> list[dict]:
   """The LLC at every saved checkpoint, for every seed and localization; appends to ``llc.jsonl``.
 
-  Rows of checkpoints already in ``llc.jsonl`` are kept and not recomputed. Every estimate uses the same
-  key (per seed), so neighbouring checkpoints share their random numbers and their difference is less noisy.
+  Rows of checkpoints already in ``llc.jsonl`` are kept and not recomputed. Every estimate uses the
+  same key (per seed), so neighbouring checkpoints share their random numbers and their difference
+  is less noisy.
   """
   path = ctx.path("llc.jsonl")
   rows = metrics_lib.read_jsonl(path)
@@ -186,28 +234,52 @@ def estimate_checkpoints(cfg: Config, ctx: frame.Context, data: dict, trained: l
       loss_at = float(half_mse(params, data))
       modes = int(learned_modes(forward(params, jnp.eye(cfg.widths[0])), cfg.singular_values))
       for gamma in cfg.localizations:
-        res = llc_lib.estimate_llc(half_mse, params, data, key=key,
-                                   settings=dataclasses.replace(cfg.sgld, localization=float(gamma)))
-        new.append({"step": int(step), "seed": seed, "localization": float(gamma), "llc_mean": res.llc_mean,
-                    "llc_std": res.llc_std, "llc_per_chain": res.llc_per_chain.tolist(), "loss": loss_at,
-                    "learned_modes": modes,
-                    "fraction_below_init_loss": res.diagnostics["fraction_below_init_loss"],
-                    "mala_acceptance": res.diagnostics["mala_acceptance"],
-                    "distance_mean": res.diagnostics["distance_mean"]})
+        res = llc_lib.estimate_llc(
+          half_mse,
+          params,
+          data,
+          key=key,
+          settings=dataclasses.replace(cfg.sgld, localization=float(gamma)),
+        )
+        new.append(
+          {
+            "step": int(step),
+            "seed": seed,
+            "localization": float(gamma),
+            "llc_mean": res.llc_mean,
+            "llc_std": res.llc_std,
+            "llc_per_chain": res.llc_per_chain.tolist(),
+            "loss": loss_at,
+            "learned_modes": modes,
+            "fraction_below_init_loss": res.diagnostics["fraction_below_init_loss"],
+            "mala_acceptance": res.diagnostics["mala_acceptance"],
+            "distance_mean": res.diagnostics["distance_mean"],
+          }
+        )
     if metrics_lib.is_writer():
       with open(path, "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in new)
     rows.extend(new)
     text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in new if r["seed"] == 0)
-    ctx.log(f"[llc] checkpoint {step} ({i + 1}/{len(steps)}), seed 0: {text}  ({time.perf_counter() - t0:.1f} s)")
+    ctx.log(
+      f"[llc] checkpoint {step} ({i + 1}/{len(steps)}), seed 0: {text}  "
+      f"({time.perf_counter() - t0:.1f} s)"
+    )
   return sorted(rows, key=lambda r: (r["step"], r["seed"], r["localization"]))
 
 
 def summarize(cfg: Config, history: list[dict], rows: list[dict]) -> dict:
   lams = closed_form_llcs(cfg)
   last = max(r["step"] for r in rows)
-  out = {"closed_form_llc_by_rank": lams, "nbeta": cfg.nbeta_value, "final_step": last, "localizations": {}}
-  first_full = next((int(h["step"]) for h in history if np.min(h["learned_modes"]) >= cfg.rank), None)
+  out = {
+    "closed_form_llc_by_rank": lams,
+    "nbeta": cfg.nbeta_value,
+    "final_step": last,
+    "localizations": {},
+  }
+  first_full = next(
+    (int(h["step"]) for h in history if np.min(h["learned_modes"]) >= cfg.rank), None
+  )
   out["first_step_all_modes_learned"] = first_full
   for gamma in cfg.localizations:
     g = [r for r in rows if r["localization"] == gamma]
@@ -216,18 +288,28 @@ def summarize(cfg: Config, history: list[dict], rows: list[dict]) -> dict:
     for rank in range(cfg.rank + 1):
       vals = np.array([r["llc_mean"] for r in g if r["learned_modes"] == rank])
       if vals.size:
-        by_rank[str(rank)] = {"checkpoints_x_seeds": int(vals.size), "median_llc": float(np.median(vals)),
-                              "negative_fraction": float(np.mean(vals < 0)), "closed_form": lams[rank]}
+        by_rank[str(rank)] = {
+          "checkpoints_x_seeds": int(vals.size),
+          "median_llc": float(np.median(vals)),
+          "negative_fraction": float(np.mean(vals < 0)),
+          "closed_form": lams[rank],
+        }
     out["localizations"][f"{gamma:g}"] = {
-        "final_llc_mean": float(final.mean()), "final_llc_sd_over_seeds": float(final.std()),
-        "final_relative_error": float(final.mean() / lams[cfg.rank] - 1), "by_learned_modes": by_rank,
-        "final_mala_acceptance": float(np.mean([r["mala_acceptance"] for r in g if r["step"] == last]))}
+      "final_llc_mean": float(final.mean()),
+      "final_llc_sd_over_seeds": float(final.std()),
+      "final_relative_error": float(final.mean() / lams[cfg.rank] - 1),
+      "by_learned_modes": by_rank,
+      "final_mala_acceptance": float(
+        np.mean([r["mala_acceptance"] for r in g if r["step"] == last])
+      ),
+    }
   out["final_loss"] = float(np.mean(history[-1]["full_loss"]))
   return out
 
 
 def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
-  """Loss (log scale) and learned modes over training; the LLC per checkpoint with the closed-form ``λ(r)``."""
+  """Loss (log scale) and learned modes over training; the LLC per checkpoint with the closed-form
+  ``λ(r)``."""
   plt = plotting.plt
   lams = closed_form_llcs(cfg)
   fig, (ax_loss, ax_llc) = plt.subplots(1, 2, figsize=(13, 4.2))
@@ -235,44 +317,79 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   loss = np.array([h["full_loss"] for h in history], float)
   modes = np.array([h["learned_modes"] for h in history], float)
   for s in range(loss.shape[1]):
-    ax_loss.semilogy(steps, loss[:, s], color="C0", lw=1.4, alpha=0.8, label="full-data loss" if s == 0 else None)
+    ax_loss.semilogy(
+      steps, loss[:, s], color="C0", lw=1.4, alpha=0.8, label="full-data loss" if s == 0 else None
+    )
   ax_loss.set_ylim(bottom=max(1e-6, 0.3 * np.nanmin(loss)))
   ax_loss.set_xlabel("training step")
   ax_loss.set_ylabel("½·mean ‖y − f(x)‖²")
   ax_modes = ax_loss.twinx()
   for s in range(modes.shape[1]):
-    ax_modes.step(steps, modes[:, s], where="post", color="C3", lw=1.0, alpha=0.7,
-                  label="learned modes r" if s == 0 else None)
+    ax_modes.step(
+      steps,
+      modes[:, s],
+      where="post",
+      color="C3",
+      lw=1.0,
+      alpha=0.7,
+      label="learned modes r" if s == 0 else None,
+    )
   ax_modes.set_ylabel("learned teacher modes r")
   ax_modes.set_ylim(-0.2, cfg.rank + 0.5)
   ax_modes.set_yticks(range(cfg.rank + 1))
   handles = ax_loss.get_legend_handles_labels()[0] + ax_modes.get_legend_handles_labels()[0]
   ax_loss.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper right")
-  ax_loss.set_title(f"deep linear network {'-'.join(map(str, cfg.widths))}, teacher rank {cfg.rank}", fontsize=10)
+  ax_loss.set_title(
+    f"deep linear network {'-'.join(map(str, cfg.widths))}, teacher rank {cfg.rank}", fontsize=10
+  )
   ax_loss.grid(alpha=0.3)
 
   floor = -0.25 * lams[-1]
   styles = ["-", "--", ":", "-."]
   for j, gamma in enumerate(cfg.localizations):
     for seed in range(cfg.run.num_seeds):
-      g = sorted((r for r in rows if r["localization"] == gamma and r["seed"] == seed), key=lambda r: r["step"])
+      g = sorted(
+        (r for r in rows if r["localization"] == gamma and r["seed"] == seed),
+        key=lambda r: r["step"],
+      )
       xs = np.array([r["step"] for r in g])
       mean, sd = np.array([r["llc_mean"] for r in g]), np.array([r["llc_std"] for r in g])
       shown = mean >= floor
-      ax_llc.errorbar(xs[shown], mean[shown], yerr=sd[shown], fmt="o", ls=styles[seed % 4], ms=3, lw=1.1, capsize=2,
-                      color=f"C{j}", label=f"γ = {gamma:g}, seed {seed}")
+      ax_llc.errorbar(
+        xs[shown],
+        mean[shown],
+        yerr=sd[shown],
+        fmt="o",
+        ls=styles[seed % 4],
+        ms=3,
+        lw=1.1,
+        capsize=2,
+        color=f"C{j}",
+        label=f"γ = {gamma:g}, seed {seed}",
+      )
       if (~shown).any():
-        ax_llc.plot(xs[~shown], np.full((~shown).sum(), floor), "v", color=f"C{j}", ms=6,
-                    label=f"γ = {gamma:g}: below {floor:.1f} (chains leave a saddle)" if seed == 0 else None)
+        ax_llc.plot(
+          xs[~shown],
+          np.full((~shown).sum(), floor),
+          "v",
+          color=f"C{j}",
+          ms=6,
+          label=f"γ = {gamma:g}: below {floor:.1f} (chains leave a saddle)" if seed == 0 else None,
+        )
   for r, lam in enumerate(lams):
     ax_llc.axhline(lam, color="gray", ls=":", lw=1)
-    ax_llc.text(steps[0], lam, f"λ(r={r}) = {lam:g}", va="bottom", ha="left", fontsize=7, color="gray")
+    ax_llc.text(
+      steps[0], lam, f"λ(r={r}) = {lam:g}", va="bottom", ha="left", fontsize=7, color="gray"
+    )
   ax_llc.axhline(0, color="black", lw=0.6, alpha=0.4)
   ax_llc.set_ylim(floor * 1.15, lams[-1] * 1.3)
   ax_llc.set_xlabel("training step")
   ax_llc.set_ylabel("LLC estimate (bar: sd over chains)")
-  ax_llc.set_title(f"SGLD: {cfg.sgld.num_chains} chains × {cfg.sgld.num_draws} draws, nβ = {cfg.nbeta_value:.0f}, "
-                   f"ε = {cfg.sgld.step_size:g}", fontsize=10)
+  ax_llc.set_title(
+    f"SGLD: {cfg.sgld.num_chains} chains × {cfg.sgld.num_draws} draws, nβ = {cfg.nbeta_value:.0f}, "
+    f"ε = {cfg.sgld.step_size:g}",
+    fontsize=10,
+  )
   ax_llc.grid(alpha=0.3)
   ax_llc.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   fig.tight_layout()
@@ -283,32 +400,48 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
 
 @frame.study
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-  """Trains (resuming), estimates the LLC at every checkpoint (resuming), writes summary.json and the figure."""
+  """Trains (resuming), estimates the LLC at every checkpoint (resuming), writes summary.json and
+  the figure."""
   data = make_data(cfg)
   t0 = time.perf_counter()
-  result = loop.train(make_problem(cfg, data), optax.sgd(cfg.learning_rate),
-                      keys=loop.seed_keys(cfg.run.seed, cfg.run.num_seeds), steps=cfg.run.steps,
-                      workdir=ctx.workdir, run=RUN, log_every=cfg.run.log_every,
-                      checkpoint_every=cfg.run.checkpoint_every, progress=ctx.progress, keep_checkpoints=None,
-                      summarize=lambda row: f"loss {np.mean(row['full_loss']):.4f} | learned modes "
-                                            f"{np.asarray(row['learned_modes']).tolist()}")
+  result = ctx.train(
+    RUN,
+    make_problem(cfg, data),
+    optax.sgd(cfg.learning_rate),
+    keep_checkpoints=None,
+    summarize=lambda row: (
+      f"loss {np.mean(row['full_loss']):.4f} | learned modes "
+      f"{np.asarray(row['learned_modes']).tolist()}"
+    ),
+  )
   t_train = time.perf_counter() - t0
   rows = estimate_checkpoints(cfg, ctx, data, result)
   t_llc = time.perf_counter() - t0 - t_train
   summary = summarize(cfg, result.history, rows)
   summary["seconds"] = {"train": t_train, "llc": t_llc}
-  return frame.Outputs(summary, figures=lambda folder: [plot(cfg, result.history, rows,
-                                                             os.path.join(folder, "llc_dynamics.png"))])
+  return frame.Outputs(
+    summary,
+    figures=lambda folder: [
+      plot(cfg, result.history, rows, os.path.join(folder, "llc_dynamics.png"))
+    ],
+  )
 
 
 def report(summary: dict) -> list[str]:
   """The closed-form λ(r) and, per localization, the final LLC and the medians by learned modes."""
   lams = summary["closed_form_llc_by_rank"]
-  lines = [f"  closed-form λ(r) for r = 0..{len(lams) - 1} learned modes: {', '.join(f'{x:g}' for x in lams)}"]
+  lines = [
+    f"  closed-form λ(r) for r = 0..{len(lams) - 1} learned modes: "
+    f"{', '.join(f'{x:g}' for x in lams)}"
+  ]
   for gamma, g in summary["localizations"].items():
     lines.append(
-        f"  γ = {gamma}: final LLC {g['final_llc_mean']:.2f} ± {g['final_llc_sd_over_seeds']:.2f} (sd over seeds) "
-        f"vs λ({len(lams) - 1}) = {lams[-1]:g} ({100 * g['final_relative_error']:+.1f}%); "
-        + "; ".join(f"r={r}: median {v['median_llc']:.2f}, {100 * v['negative_fraction']:.0f}% negative"
-                    for r, v in g["by_learned_modes"].items()))
+      f"  γ = {gamma}: final LLC {g['final_llc_mean']:.2f} ± {g['final_llc_sd_over_seeds']:.2f} "
+      "(sd over seeds) "
+      f"vs λ({len(lams) - 1}) = {lams[-1]:g} ({100 * g['final_relative_error']:+.1f}%); "
+      + "; ".join(
+        f"r={r}: median {v['median_llc']:.2f}, {100 * v['negative_fraction']:.0f}% negative"
+        for r, v in g["by_learned_modes"].items()
+      )
+    )
   return lines

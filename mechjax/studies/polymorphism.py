@@ -1,37 +1,42 @@
 """Polymorphism as rotation: do independently trained transformers differ by a Haar-random rotation?
 
-The claim under test (McCann 2026, arXiv:2605.24577): seeds of one architecture compute the same function
-in residual bases related by a rotation ``x_j ≈ x_i R``, the rotation is Haar-random, and one orthogonal
-Procrustes fit transfers SAE dictionaries and steering vectors between seeds, while the usual
-SAE-universality metric (max cosine between decoder rows) says the dictionaries already match.
+The claim under test (McCann 2026, arXiv:2605.24577): seeds of one architecture compute the same
+function in residual bases related by a rotation ``x_j ≈ x_i R``, the rotation is Haar-random, and
+one orthogonal Procrustes fit transfers SAE dictionaries and steering vectors between seeds, while
+the usual SAE-universality metric (max cosine between decoder rows) says the dictionaries already
+match.
 
-For each optimizer, ``num_seeds`` Dyck-3 transformers are trained together with the core (next token,
-nesting depth and prefix validity, one linear head each). Then, for every residual site and every ordered
-pair of seeds (source ``i``, target ``j``):
+For each optimizer, ``num_seeds`` Dyck-3 transformers are trained together with the core (next
+token, nesting depth and prefix validity, one linear head each). Then, for every residual site and
+every ordered pair of seeds (source ``i``, target ``j``):
 
-* ``s`` and ``R`` are fitted by orthogonal Procrustes with an isotropic scale, ``s · x_i R ≈ x_j``, on a *fit*
-  batch, and everything is measured on a *held-out* batch of fresh sequences (the same tokens through every
-  seed). The scale is part of the symmetry: every reader of a pre-norm stream sits behind an RMSNorm, so
-  multiplying all writers by ``s`` leaves the function unchanged (see
-  :func:`mechjax.models.transformer.rotate_residual`). ``R`` itself does not depend on whether ``s`` is fitted;
+* ``s`` and ``R`` are fitted by orthogonal Procrustes with an isotropic scale, ``s · x_i R ≈ x_j``,
+  on a *fit* batch, and everything is measured on a *held-out* batch of fresh sequences (the same
+  tokens through every seed). The scale is part of the symmetry: every reader of a pre-norm stream
+  sits behind an RMSNorm, so multiplying all writers by ``s`` leaves the function unchanged (see
+  :func:`mechjax.models.transformer.rotate_residual`). ``R`` itself does not depend on whether ``s``
+  is fitted;
 * a TopK SAE per (seed, site), trained with the core on the fit batch, gives the within-seed EV (the
-  ceiling), the cross-seed EV without the map and through it (into the source frame, encode and decode,
-  back), and the decoder-row max-cosine "universality" score;
-* :func:`mechjax.align.haar.privileged_basis_test` asks of each seed's activations whether the coordinate
-  axes are special at all, and :func:`mechjax.align.haar.haar_test` whether ``R`` looks Haar-random or close
-  to a signed permutation. The rank of the cross-covariance, the stream's effective dimension and the
-  agreement of ``R`` fitted on two halves of the fit batch say how much of ``R`` the data determine: where
-  ``XᵀY`` is rank-deficient, ``R`` is arbitrary on its null space and the Haar test of ``R`` is not reported;
+  ceiling), the cross-seed EV without the map and through it (into the source frame, encode and
+  decode, back), and the decoder-row max-cosine "universality" score;
+* :func:`mechjax.align.haar.privileged_basis_test` asks of each seed's activations whether the
+  coordinate axes are special at all, and :func:`mechjax.align.haar.haar_test` whether ``R`` looks
+  Haar-random or close to a signed permutation. The rank of the cross-covariance, the stream's
+  effective dimension and the agreement of ``R`` fitted on two halves of the fit batch say how much
+  of ``R`` the data determine: where ``XᵀY`` is rank-deficient, ``R`` is arbitrary on its null space
+  and the Haar test of ``R`` is not reported;
 * linear CKA, the angular Procrustes distance and mean CCA compare the two seeds' activations;
-* a steering vector (valid-minus-invalid difference of means of the source seed) is added to the target
-  model's stream at the same site, with and without the map, and its effect on the target's validity
-  logit margin is compared with that of the target's own vector and of a random vector of the same norm.
+* a steering vector (valid-minus-invalid difference of means of the source seed) is added to the
+  target model's stream at the same site, with and without the map, and its effect on the target's
+  validity logit margin is compared with that of the target's own vector and of a random vector of
+  the same norm.
 
-Adam updates are not rotation-equivariant, SGD (with momentum) updates are, so the answer can depend on the
-optimizer; ``optimizers=("adam", "sgd")`` runs both.
+Adam updates are not rotation-equivariant, SGD (with momentum) updates are, so the answer can depend
+on the optimizer; ``optimizers=("adam", "sgd")`` runs both.
 
-This module is the task and the run; the measurements are in :mod:`mechjax.studies.polymorphism_analysis` and
-the table and figures in :mod:`mechjax.studies.polymorphism_report`.
+This module is the task and the run; the measurements are in
+:mod:`mechjax.studies.polymorphism_analysis` and the table and figures in
+:mod:`mechjax.studies.polymorphism_report`.
 """
 
 from __future__ import annotations
@@ -59,71 +64,115 @@ OPTIMIZERS = ("adam", "sgd")
 
 @dataclasses.dataclass(frozen=True)
 class Config(config.Settings):
-  run: config.RunSettings = config.group(config.RunSettings(steps=1500, num_seeds=4, log_every=250,
-                                                            checkpoint_every=500))
-  optimizers: tuple[str, ...] = config.setting(OPTIMIZERS, "Optimizers to train and compare: adam, sgd, or both.",
-                                               flag="optimizer", choices=OPTIMIZERS,
-                                               check=config.all_of(config.non_empty, config.distinct))
+  run: config.RunSettings = config.group(
+    config.RunSettings(steps=1500, num_seeds=4, log_every=250, checkpoint_every=500)
+  )
+  optimizers: tuple[str, ...] = config.setting(
+    OPTIMIZERS,
+    "Optimizers to train and compare: adam, sgd, or both.",
+    flag="optimizer",
+    choices=OPTIMIZERS,
+    check=config.all_of(config.non_empty, config.distinct),
+  )
   # Data: Dyck-k with corrupted sequences, so prefix validity is a non-trivial target.
   k: int = config.setting(3, "Bracket types of the Dyck-k language.", check=config.at_least(1))
   length: int = config.setting(32, "Sequence length (BOS + brackets).", check=config.at_least(2))
-  max_depth: int = config.setting(8, "Largest nesting depth of the Dyck-k sequences.", check=config.at_least(1))
-  p_corrupt: float = config.setting(0.5, "Probability that a sequence has one bracket replaced (validity target).",
-                                    check=config.within(0, 1, low_open=False, high_open=False))
+  max_depth: int = config.setting(
+    8, "Largest nesting depth of the Dyck-k sequences.", check=config.at_least(1)
+  )
+  p_corrupt: float = config.setting(
+    0.5,
+    "Probability that a sequence has one bracket replaced (validity target).",
+    check=config.within(0, 1, low_open=False, high_open=False),
+  )
   # Model.
   d_model: int = config.setting(64, "Residual-stream width.", check=config.at_least(2))
   num_layers: int = config.setting(2, "Transformer blocks.", check=config.at_least(1))
-  num_heads: int = config.setting(4, "Attention heads per block (must divide d_model).", check=config.at_least(1))
+  num_heads: int = config.setting(
+    4, "Attention heads per block (must divide d_model).", check=config.at_least(1)
+  )
   d_mlp: int = config.setting(256, "MLP hidden width.", check=config.at_least(1))
   attn_only: bool = config.setting(False, "Drop the MLPs.")
   # Training.
   batch_size: int = config.setting(64, "Sequences per optimizer step.", check=config.at_least(1))
   adam_learning_rate: float = config.setting(3e-3, "Adam step size.", check=config.positive)
   sgd_learning_rate: float = config.setting(0.05, "SGD step size.", check=config.positive)
-  sgd_momentum: float = config.setting(0.9, "SGD (heavy-ball) momentum; 0 for plain SGD.",
-                                       check=config.within(0, 1, low_open=False))
+  sgd_momentum: float = config.setting(
+    0.9, "SGD (heavy-ball) momentum; 0 for plain SGD.", check=config.within(0, 1, low_open=False)
+  )
   # Analysis.
-  fit_sequences: int = config.setting(256, "Sequences whose activations fit R, the SAEs and the steering vectors.",
-                                      check=config.at_least(2))
-  eval_sequences: int = config.setting(256, "Held-out sequences on which everything is measured.",
-                                       check=config.at_least(1))
+  fit_sequences: int = config.setting(
+    256,
+    "Sequences whose activations fit R, the SAEs and the steering vectors.",
+    check=config.at_least(2),
+  )
+  eval_sequences: int = config.setting(
+    256, "Held-out sequences on which everything is measured.", check=config.at_least(1)
+  )
   sae_latents: int = config.setting(256, "SAE dictionary size.", check=config.at_least(1))
-  sae_top_k: int = config.setting(8, "Active latents per input of the TopK SAEs.", check=config.at_least(1))
+  sae_top_k: int = config.setting(
+    8, "Active latents per input of the TopK SAEs.", check=config.at_least(1)
+  )
   sae_steps: int = config.setting(1000, "SAE training steps.", check=config.at_least(1))
   sae_batch_size: int = config.setting(256, "Activations per SAE step.", check=config.at_least(1))
   sae_learning_rate: float = config.setting(1e-3, "SAE Adam step size.", check=config.positive)
-  num_null: int = config.setting(199, "Haar samples in each test's Monte-Carlo null (>= 59, so that a p-value "
-                                 "combined over the three basis statistics can reach 0.05).", check=config.at_least(59))
-  steer_scale: float = config.setting(1.0, "Multiple of the difference-of-means vector added when steering.",
-                                      check=config.positive)
+  num_null: int = config.setting(
+    199,
+    "Haar samples in each test's Monte-Carlo null (>= 59, so that a p-value "
+    "combined over the three basis statistics can reach 0.05).",
+    check=config.at_least(59),
+  )
+  steer_scale: float = config.setting(
+    1.0, "Multiple of the difference-of-means vector added when steering.", check=config.positive
+  )
 
   def validate(self):
     if self.run.num_seeds < 2:
-      raise ConfigError("run.num_seeds", "must be >= 2: rotations are fitted between seeds", self.run.num_seeds)
+      raise ConfigError(
+        "run.num_seeds", "must be >= 2: rotations are fitted between seeds", self.run.num_seeds
+      )
     if self.d_model % self.num_heads:
-      raise ConfigError(("d_model", "num_heads"), f"num_heads={self.num_heads} must divide d_model={self.d_model}")
+      raise ConfigError(
+        ("d_model", "num_heads"), f"num_heads={self.num_heads} must divide d_model={self.d_model}"
+      )
     if self.sae_top_k > self.sae_latents:
-      raise ConfigError(("sae_top_k", "sae_latents"), f"sae_top_k={self.sae_top_k} must be <= "
-                        f"sae_latents={self.sae_latents}")
+      raise ConfigError(
+        ("sae_top_k", "sae_latents"),
+        f"sae_top_k={self.sae_top_k} must be <= sae_latents={self.sae_latents}",
+      )
 
 
 def model_of(cfg: Config) -> Transformer:
   heads = (("token", dyck.vocab_size(cfg.k)), ("depth", cfg.max_depth + 1), ("valid", 2))
-  return Transformer(vocab_size=dyck.vocab_size(cfg.k), heads=heads, d_model=cfg.d_model, num_layers=cfg.num_layers,
-                     num_heads=cfg.num_heads, d_mlp=cfg.d_mlp, max_len=cfg.length, attn_only=cfg.attn_only)
+  return Transformer(
+    vocab_size=dyck.vocab_size(cfg.k),
+    heads=heads,
+    d_model=cfg.d_model,
+    num_layers=cfg.num_layers,
+    num_heads=cfg.num_heads,
+    d_mlp=cfg.d_mlp,
+    max_len=cfg.length,
+    attn_only=cfg.attn_only,
+  )
 
 
 def sample(cfg: Config, key: jax.Array, n: int) -> dict[str, jax.Array]:
-  return dyck.sample_dyck(key, n, length=cfg.length, k=cfg.k, max_depth=cfg.max_depth, p_corrupt=cfg.p_corrupt)
+  return dyck.sample_dyck(
+    key, n, length=cfg.length, k=cfg.k, max_depth=cfg.max_depth, p_corrupt=cfg.p_corrupt
+  )
 
 
 def task_losses(outputs: dict[str, jax.Array], batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-  """Per-head mean cross-entropy and accuracy; the next-token head is masked at the last position."""
+  """Per-head mean cross-entropy and accuracy; the next-token head is masked at the last
+  position."""
   ce = optax.softmax_cross_entropy_with_integer_labels
   mask = batch["mask"].astype(jnp.float32)
   out = {}
-  for head, target, weight in (("token", batch["next_token"], mask), ("depth", batch["depth"], None),
-                               ("valid", batch["valid"].astype(jnp.int32), None)):
+  for head, target, weight in (
+    ("token", batch["next_token"], mask),
+    ("depth", batch["depth"], None),
+    ("valid", batch["valid"].astype(jnp.int32), None),
+  ):
     logits = outputs[head]
     w = jnp.ones(target.shape, jnp.float32) if weight is None else weight
     out[f"{head}_loss"] = jnp.sum(ce(logits, target) * w) / jnp.sum(w)
@@ -145,19 +194,26 @@ def make_problem(cfg: Config) -> loop.Problem:
 
   def evaluate(params, key):
     batch = sample(cfg, key, 512)
-    return {f"test_{k}": v for k, v in task_losses(model.apply(params, batch["tokens"]), batch).items()}
+    return {
+      f"test_{k}": v for k, v in task_losses(model.apply(params, batch["tokens"]), batch).items()
+    }
 
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
 
 
 def make_optimizer(cfg: Config, name: str) -> optax.GradientTransformation:
-  """Adam, or SGD with heavy-ball momentum, both on the same schedule: linear warm-up over the first 5% of
-  the steps, then cosine decay to 1% of the peak, so every seed ends at a settled point."""
+  """Adam, or SGD with heavy-ball momentum, both on the same schedule: linear warm-up over the first
+  5% of the steps, then cosine decay to 1% of the peak, so every seed ends at a settled point."""
   if name not in OPTIMIZERS:
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {name!r}")
   peak = cfg.adam_learning_rate if name == "adam" else cfg.sgd_learning_rate
-  schedule = optax.warmup_cosine_decay_schedule(0.0, peak, warmup_steps=max(1, cfg.run.steps // 20),
-                                                decay_steps=cfg.run.steps, end_value=0.01 * peak)
+  schedule = optax.warmup_cosine_decay_schedule(
+    0.0,
+    peak,
+    warmup_steps=max(1, cfg.run.steps // 20),
+    decay_steps=cfg.run.steps,
+    end_value=0.01 * peak,
+  )
   if name == "adam":
     return optax.adam(schedule)
   return optax.sgd(schedule, momentum=cfg.sgd_momentum or None)
@@ -165,62 +221,90 @@ def make_optimizer(cfg: Config, name: str) -> optax.GradientTransformation:
 
 @frame.study
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-  """Trains every optimizer's seeds (resuming interrupted runs), analyses them (each optimizer's analysis is a
-  cached stage, ``analysis_<optimizer>.json``), and writes ``summary.json``, ``pairs.json`` (every pair's numbers),
-  ``rotations.npz`` (every fitted ``R``), ``table.md`` and figures."""
-  keys = loop.seed_keys(cfg.run.seed, cfg.run.num_seeds)
+  """Trains every optimizer's seeds (resuming interrupted runs), analyses them (each optimizer's
+  analysis is a cached stage, ``analysis_<optimizer>.json``), and writes ``summary.json``,
+  ``pairs.json`` (every pair's numbers), ``rotations.npz`` (every fitted ``R``), ``table.md`` and
+  figures."""
   model = model_of(cfg)
   summary = {"sites": analysis.analysis_sites(cfg.num_layers), "optimizers": {}}
   histories, details, all_rotations = {}, {}, {}
   for name in cfg.optimizers:
-    result = loop.train(make_problem(cfg), make_optimizer(cfg, name), keys=keys, steps=cfg.run.steps,
-                        workdir=ctx.workdir, run=f"transformer_{name}", log_every=cfg.run.log_every,
-                        checkpoint_every=cfg.run.checkpoint_every, progress=ctx.progress, summarize=_progress_text)
+    result = ctx.train(
+      f"transformer_{name}", make_problem(cfg), make_optimizer(cfg, name), summarize=_progress_text
+    )
     histories[name] = result.history
 
     def analysis_stage(result=result):
       ctx.log(f"{name}: fitting rotations, SAEs and steering vectors")
-      sites, rotations = analysis.analyze(cfg, model, functools.partial(sample, cfg), result.state["params"],
-                                          progress=ctx.progress)
+      sites, rotations = analysis.analyze(
+        cfg, model, functools.partial(sample, cfg), result.state["params"], progress=ctx.progress
+      )
       return {"sites": sites, "rotations": {k: np.asarray(v) for k, v in rotations.items()}}
 
     done = ctx.stage(f"analysis_{name}", analysis_stage)
-    details[name] = {site: {"seeds": a["seeds"], "pairs": a["pairs"]} for site, a in done["sites"].items()}
-    all_rotations.update({f"{name}/{k}": np.asarray(v, np.float32) for k, v in done["rotations"].items()})
+    details[name] = {
+      site: {"seeds": a["seeds"], "pairs": a["pairs"]} for site, a in done["sites"].items()
+    }
+    all_rotations.update(
+      {f"{name}/{k}": np.asarray(v, np.float32) for k, v in done["rotations"].items()}
+    )
     final = result.history[-1]
     sites = {site: a["summary"] for site, a in done["sites"].items()}
     summary["optimizers"][name] = {
-        "final_test_acc": {head: float(np.mean(final[f"test_{head}_acc"])) for head in ("token", "depth", "valid")},
-        "privileged_basis_seeds": analysis.mean_of([m["privileged_basis_seeds"] for m in sites.values()]),
-        "haar_applicable_sites": [site for site, m in sites.items() if m["haar_applicable"]],
-        "haar_basis_rejections": analysis.mean_of([m["haar_basis_rejections"] for m in sites.values()]),
-        "min_cross_covariance_rank": min(m["min_cross_covariance_rank"] for m in sites.values()),
-        "max_cross_covariance_rank": max(m["min_cross_covariance_rank"] for m in sites.values()),
-        "split_half_agreement_range": [min(m["rotation_split_half_agreement"] for m in sites.values()),
-                                       max(m["rotation_split_half_agreement"] for m in sites.values())],
-        "sites": sites,
+      "final_test_acc": {
+        head: float(np.mean(final[f"test_{head}_acc"])) for head in ("token", "depth", "valid")
+      },
+      "privileged_basis_seeds": analysis.mean_of(
+        [m["privileged_basis_seeds"] for m in sites.values()]
+      ),
+      "haar_applicable_sites": [site for site, m in sites.items() if m["haar_applicable"]],
+      "haar_basis_rejections": analysis.mean_of(
+        [m["haar_basis_rejections"] for m in sites.values()]
+      ),
+      "min_cross_covariance_rank": min(m["min_cross_covariance_rank"] for m in sites.values()),
+      "max_cross_covariance_rank": max(m["min_cross_covariance_rank"] for m in sites.values()),
+      "split_half_agreement_range": [
+        min(m["rotation_split_half_agreement"] for m in sites.values()),
+        max(m["rotation_split_half_agreement"] for m in sites.values()),
+      ],
+      "sites": sites,
     }
   summary["d_model"] = cfg.d_model
   return frame.Outputs(
-      summary, figures=lambda folder: report_lib.plot_all(cfg, summary, histories, all_rotations, folder),
-      files={"table.md": report_lib.tables_markdown(summary), "rotations.npz": all_rotations, "pairs.json": details})
+    summary,
+    figures=lambda folder: report_lib.plot_all(cfg, summary, histories, all_rotations, folder),
+    files={
+      "table.md": report_lib.tables_markdown(summary),
+      "rotations.npz": all_rotations,
+      "pairs.json": details,
+    },
+  )
 
 
 def report(summary: dict) -> list[str]:
-  """Per optimizer: test accuracy, how often a basis is privileged and R rejects Haar, and the per-site table."""
+  """Per optimizer: test accuracy, how often a basis is privileged and R rejects Haar, and the
+  per-site table."""
   lines = []
   for name, s in summary["optimizers"].items():
     acc = ", ".join(f"{h} {a:.3f}" for h, a in s["final_test_acc"].items())
     lo, hi = s["split_half_agreement_range"]
-    lines += [f"\n{name}: test accuracy {acc}",
-              f"  seeds x sites with a privileged basis (kurtosis test, p <= 0.05): {s['privileged_basis_seeds']:.2f}",
-              f"  seed pairs whose R rejects Haar on basis statistics: {s['haar_basis_rejections']:.2f} (rank of XᵀY "
-              f"{s['min_cross_covariance_rank']}-{s['max_cross_covariance_rank']} of {summary.get('d_model', '?')}; "
-              f"R from two halves of the fit batch agree {lo:.2f}-{hi:.2f}, 1 = identical)",
-              report_lib.table_markdown(s)]
+    lines += [
+      f"\n{name}: test accuracy {acc}",
+      "  seeds x sites with a privileged basis (kurtosis test, p <= 0.05): "
+      f"{s['privileged_basis_seeds']:.2f}",
+      f"  seed pairs whose R rejects Haar on basis statistics: {s['haar_basis_rejections']:.2f} "
+      "(rank of XᵀY "
+      f"{s['min_cross_covariance_rank']}-{s['max_cross_covariance_rank']} of "
+      f"{summary.get('d_model', '?')}; "
+      f"R from two halves of the fit batch agree {lo:.2f}-{hi:.2f}, 1 = identical)",
+      report_lib.table_markdown(s),
+    ]
   return lines
 
 
 def _progress_text(row: dict) -> str:
-  return (f"loss {np.mean(row['train_loss']):.3f} | test acc: token {np.mean(row['test_token_acc']):.3f}, "
-          f"depth {np.mean(row['test_depth_acc']):.3f}, valid {np.mean(row['test_valid_acc']):.3f}")
+  return (
+    f"loss {np.mean(row['train_loss']):.3f} | test acc: token "
+    f"{np.mean(row['test_token_acc']):.3f}, "
+    f"depth {np.mean(row['test_depth_acc']):.3f}, valid {np.mean(row['test_valid_acc']):.3f}"
+  )

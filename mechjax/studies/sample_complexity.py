@@ -7,15 +7,16 @@ correlation loss of the fourth Hermite polynomial,
     ℓ(w; x) = He₄(z),   z = w·x / σ_w,   σ_w² = wᵀ C w,   He₄(z) = z⁴ − 6z² + 3.
 
 ``z`` has unit variance for every ``w``, and ``E He₄(z)`` is its excess kurtosis ``−2β²/(1+β)²·m⁴``,
-where ``m = ⟨C^{1/2} w, v⟩ / ‖C^{1/2} w‖`` is the overlap with the spike in whitened coordinates. The
-information exponent is 4 (the latent ``ν`` is symmetric), so Ben Arous, Gheissari & Jagannath
+where ``m = ⟨C^{1/2} w, v⟩ / ‖C^{1/2} w‖`` is the overlap with the spike in whitened coordinates.
+The information exponent is 4 (the latent ``ν`` is symmetric), so Ben Arous, Gheissari & Jagannath
 (arXiv:2003.10409) predict weak recovery after ``n ≫ N³ log² N`` samples and failure for ``n ≪ N³``:
 the drift ``dm/dt ∝ m³`` starts from ``m₀ ≈ N^{−1/2}``.
 
 Each step draws a minibatch of ``B`` fresh samples, takes the Euclidean gradient, projects it on the
 tangent space and re-normalises ``w`` (the retraction). The step size must stay below the noise
-threshold, roughly ``lr ≲ κ m₀² B / (c N)``: the spherical-noise term ``∝ lr² N m`` otherwise beats the
-drift and the measured exponent rises well above 3. ``lr = lr_scale / D`` with ``B = D`` does this.
+threshold, roughly ``lr ≲ κ m₀² B / (c N)``: the spherical-noise term ``∝ lr² N m`` otherwise beats
+the drift and the measured exponent rises well above 3. ``lr = lr_scale / D`` with ``B = D`` does
+this.
 """
 
 from __future__ import annotations
@@ -88,13 +89,22 @@ def _make_step(setup: RecoverySetup, u: jax.Array):
   return step, whitened_overlap
 
 
-def samples_to_weak_recovery(setup: RecoverySetup, *, num_seeds: int, max_samples: int, seed: int = 0,
-                             chunk_steps: int = 2000, quantile: float = 0.6) -> dict:
-  """Runs ``num_seeds`` vmapped neurons until a ``quantile`` of them reach ``|m| ≥ threshold`` (or ``max_samples``).
+def samples_to_weak_recovery(
+  setup: RecoverySetup,
+  *,
+  num_seeds: int,
+  max_samples: int,
+  seed: int = 0,
+  chunk_steps: int = 2000,
+  quantile: float = 0.6,
+) -> dict:
+  """Runs ``num_seeds`` vmapped neurons until a ``quantile`` of them reach ``|m| ≥ threshold`` (or
+  ``max_samples``).
 
-  Returns a dict with ``samples`` (per seed; ``inf`` where not reached within ``max_samples``, ``0`` for a
-  seed whose initial overlap is already above the threshold), ``median`` and the initial overlaps ``m0``. All
-  seeds share one spike (the stream ``"spike"`` of ``seed``), with independent initial weights and data.
+  Returns a dict with ``samples`` (per seed; ``inf`` where not reached within ``max_samples``, ``0``
+  for a seed whose initial overlap is already above the threshold), ``median`` and the initial
+  overlaps ``m0``. All seeds share one spike (the stream ``"spike"`` of ``seed``), with independent
+  initial weights and data.
   """
   shape = fourier.check_shape(setup.shape)
   u = fourier.make_spike(rng.key(seed, "spike"), shape, setup.alpha, setup.spike)
@@ -104,7 +114,12 @@ def samples_to_weak_recovery(setup: RecoverySetup, *, num_seeds: int, max_sample
     k_w, k_data = jax.random.split(key)
     w = jax.random.normal(k_w, shape)
     w = w / jnp.linalg.norm(w)
-    return {"w": w, "key": k_data, "step": jnp.zeros((), jnp.int32), "hit": -jnp.ones((), jnp.int32)}
+    return {
+      "w": w,
+      "key": k_data,
+      "step": jnp.zeros((), jnp.int32),
+      "hit": -jnp.ones((), jnp.int32),
+    }
 
   state = jax.vmap(init)(loop.seed_keys(seed, num_seeds))
   m0 = np.asarray(jax.vmap(overlap)(state["w"]))
@@ -121,21 +136,37 @@ def samples_to_weak_recovery(setup: RecoverySetup, *, num_seeds: int, max_sample
       break
   hit = np.asarray(state["hit"]).astype(float)
   samples = np.where(hit >= 0, hit * setup.batch, np.inf)
-  samples[samples > max_samples] = np.inf  # the last chunk may run past the budget: those hits do not count
-  return {"samples": samples, "median": float(np.median(samples)), "m0": m0, "steps_run": steps,
-          "final_overlap": np.asarray(jax.vmap(overlap)(state["w"]))}
+  samples[samples > max_samples] = (
+    np.inf
+  )  # the last chunk may run past the budget: those hits do not count
+  return {
+    "samples": samples,
+    "median": float(np.median(samples)),
+    "m0": m0,
+    "steps_run": steps,
+    "final_overlap": np.asarray(jax.vmap(overlap)(state["w"])),
+  }
 
 
-def fit_exponent(dims: np.ndarray, samples: np.ndarray, log_power: float = 2.0) -> tuple[float, float]:
-  """Least-squares slope and prefactor of ``log(n / log^p N)`` against ``log N``: ``n / log^p N ≈ c N^b``."""
+def fit_exponent(
+  dims: np.ndarray, samples: np.ndarray, log_power: float = 2.0
+) -> tuple[float, float]:
+  """Least-squares slope and prefactor of ``log(n / log^p N)`` against ``log N``: ``n / log^p N ≈ c
+  N^b``."""
   dims = np.asarray(dims, float)
   y = np.log(np.asarray(samples, float) / np.log(dims) ** log_power)
   slope, intercept = np.polyfit(np.log(dims), y, 1)
   return float(slope), float(np.exp(intercept))
 
 
-def bootstrap_exponent(dims: np.ndarray, samples_per_dim: list[np.ndarray], *, num_resamples: int = 2000,
-                       seed: int = 0, log_power: float = 2.0) -> tuple[float, float]:
+def bootstrap_exponent(
+  dims: np.ndarray,
+  samples_per_dim: list[np.ndarray],
+  *,
+  num_resamples: int = 2000,
+  seed: int = 0,
+  log_power: float = 2.0,
+) -> tuple[float, float]:
   """16th and 84th percentiles of the fitted exponent when the seeds at each N are resampled.
 
   Unreached seeds count as ``inf`` (they sort last, as in the median); resamples whose median is
@@ -144,7 +175,9 @@ def bootstrap_exponent(dims: np.ndarray, samples_per_dim: list[np.ndarray], *, n
   rng = np.random.default_rng(seed)
   fits = []
   for _ in range(num_resamples):
-    medians = np.array([np.median(rng.choice(s, size=len(s), replace=True)) for s in samples_per_dim])
+    medians = np.array(
+      [np.median(rng.choice(s, size=len(s), replace=True)) for s in samples_per_dim]
+    )
     if np.all(np.isfinite(medians)):
       fits.append(fit_exponent(dims, medians, log_power)[0])
   lo, hi = np.percentile(fits, [16, 84]) if fits else (np.nan, np.nan)

@@ -1,12 +1,13 @@
-"""Tensor similarity across grokking: does the weight-space measure track behaviour through a phase change?
+"""Tensor similarity across grokking: does the weight-space measure track behaviour through a phase
+change?
 
 Modular addition ``(a + b) mod P`` with one-hot inputs ``[e_a; e_b] ∈ ℝ^{2P}``, learned by
-``Bilinear(2P → hidden, no bias, no projection) → Linear(hidden → P)``, the setting of Cohen et al. (2026,
-arXiv:2605.15183, §grokking), itself after Nanda et al. (2023). AdamW with strong weight decay on a 30%
-training split memorises first and generalises much later.
+``Bilinear(2P → hidden, no bias, no projection) → Linear(hidden → P)``, the setting of Cohen et al.
+(2026, arXiv:2605.15183, §grokking), itself after Nanda et al. (2023). AdamW with strong weight
+decay on a 30% training split memorises first and generalises much later.
 
-Checkpoints are saved on a power schedule ``t_k = round(steps · (k/K)^power)`` (denser early, where the
-weights move fastest), plus the initialisation. Between every pair of checkpoints of a seed:
+Checkpoints are saved on a power schedule ``t_k = round(steps · (k/K)^power)`` (denser early, where
+the weights move fastest), plus the initialisation. Between every pair of checkpoints of a seed:
 
 * **tensor similarity** of the two networks (:func:`mechjax.similarity.tensor.similarity_matrix`);
 * **logit cosine**: the cosine between their logits on all ``P²`` inputs, flattened (behaviour);
@@ -14,8 +15,9 @@ weights move fastest), plus the initialisation. Between every pair of checkpoint
 * **CKA**: linear CKA of the hidden products ``(Lx) ⊙ (Rx)`` on all ``P²`` inputs.
 
 The headline is the Pearson r between tensor similarity and logit cosine over all checkpoint pairs
-(``i < j``); the paper reports 0.998. Phases are read off the logged accuracies: *memorisation* ends at the
-first step with train accuracy ≥ 0.99, *generalisation* at the first with test accuracy ≥ 0.99.
+(``i < j``); the paper reports 0.998. Phases are read off the logged accuracies: *memorisation* ends
+at the first step with train accuracy ≥ 0.99, *generalisation* at the first with test accuracy ≥
+0.99.
 """
 
 from __future__ import annotations
@@ -38,8 +40,12 @@ from mechjax.train import loop
 
 RUN = "grokking"
 MEASURES = ("tensor", "logit_cosine", "weight_cosine", "cka")
-LABELS = {"tensor": "tensor similarity", "logit_cosine": "logit cosine (all P² inputs)",
-          "weight_cosine": "weight cosine", "cka": "CKA of hidden products"}
+LABELS = {
+  "tensor": "tensor similarity",
+  "logit_cosine": "logit cosine (all P² inputs)",
+  "weight_cosine": "weight cosine",
+  "cka": "CKA of hidden products",
+}
 THRESHOLD = 0.99
 
 
@@ -48,23 +54,39 @@ NAME = "tensor_similarity_grokking"
 
 @dataclasses.dataclass(frozen=True)
 class Config(config.Settings):
-  run: config.RunSettings = config.group(config.RunSettings(steps=25_000, num_seeds=4, log_every=250,
-                                                            checkpoint_every=25_000))
-  p: int = config.setting(113, "The modulus P (inputs are one-hot pairs, 2P wide).", check=config.at_least(3))
+  run: config.RunSettings = config.group(
+    config.RunSettings(steps=25_000, num_seeds=4, log_every=250, checkpoint_every=25_000)
+  )
+  p: int = config.setting(
+    113, "The modulus P (inputs are one-hot pairs, 2P wide).", check=config.at_least(3)
+  )
   hidden: int = config.setting(64, "Width of the bilinear layer.", check=config.at_least(1))
-  train_fraction: float = config.setting(0.3, "Fraction of the P² pairs used for training (the rest is the test "
-                                         "set).", check=config.within(0, 1))
+  train_fraction: float = config.setting(
+    0.3,
+    "Fraction of the P² pairs used for training (the rest is the test set).",
+    check=config.within(0, 1),
+  )
   learning_rate: float = config.setting(1e-3, "AdamW step size.", check=config.positive)
-  weight_decay: float = config.setting(0.3, "AdamW (decoupled) weight decay.", check=config.non_negative)
+  weight_decay: float = config.setting(
+    0.3, "AdamW (decoupled) weight decay.", check=config.non_negative
+  )
   weight_decays: tuple[float, ...] = config.setting(
-      (), "Several weight decays to train side by side in one vmapped program (each with the same --num_seeds "
-      "seeds); empty: just --weight_decay.", check=config.all_of(config.each(config.non_negative), config.distinct))
-  batch_size: int = config.setting(512, "Training pairs per step (drawn with replacement from the split).",
-                                   check=config.at_least(1))
-  num_checkpoints: int = config.setting(48, "Checkpoints on the power schedule (the initialisation is added).",
-                                        check=config.at_least(2))
-  checkpoint_power: float = config.setting(2.0, "Checkpoint k of K is at steps * (k/K)^power (1 = evenly spaced).",
-                                           check=config.positive)
+    (),
+    "Several weight decays to train side by side in one vmapped program (each with the same "
+    "--num_seeds seeds); empty: just --weight_decay.",
+    check=config.all_of(config.each(config.non_negative), config.distinct),
+  )
+  batch_size: int = config.setting(
+    512,
+    "Training pairs per step (drawn with replacement from the split).",
+    check=config.at_least(1),
+  )
+  num_checkpoints: int = config.setting(
+    48, "Checkpoints on the power schedule (the initialisation is added).", check=config.at_least(2)
+  )
+  checkpoint_power: float = config.setting(
+    2.0, "Checkpoint k of K is at steps * (k/K)^power (1 = evenly spaced).", check=config.positive
+  )
 
 
 def model_of(cfg: Config) -> nn.Module:
@@ -76,7 +98,9 @@ def split(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
   perm = np.random.default_rng(cfg.run.seed).permutation(cfg.p**2)
   n_train = int(round(cfg.train_fraction * cfg.p**2))
   if not 0 < n_train < cfg.p**2:
-    raise ValueError(f"train_fraction {cfg.train_fraction} leaves an empty training or test set for P = {cfg.p}")
+    raise ValueError(
+      f"train_fraction {cfg.train_fraction} leaves an empty training or test set for P = {cfg.p}"
+    )
   return np.sort(perm[:n_train]), np.sort(perm[n_train:])
 
 
@@ -117,25 +141,33 @@ def make_problem(cfg: Config) -> loop.Problem:
 
 
 def make_optimizer(cfg: Config) -> optax.GradientTransformation:
-  if cfg.weight_decays:  # per-member weight decay, written into the state by loop.train(hyperparams=...)
-    return optax.inject_hyperparams(optax.adamw)(learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decays[0])
+  """AdamW; with several weight decays, one injected per member (written into the state by
+  ``loop.train(hyperparams=...)``)."""
+  if cfg.weight_decays:
+    return optax.inject_hyperparams(optax.adamw)(
+      learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decays[0]
+    )
   return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
 
 
 def members(cfg: Config) -> list[dict]:
   """One entry per trained network: ``{"seed", "weight_decay"}``, weight decay major. With
-  ``weight_decays`` every value trains the same ``num_seeds`` seeds (paired), all in one vmapped program."""
+  ``weight_decays`` every value trains the same ``num_seeds`` seeds (paired), all in one vmapped
+  program."""
   wds = cfg.weight_decays or (cfg.weight_decay,)
   return [{"seed": s, "weight_decay": float(wd)} for wd in wds for s in range(cfg.run.num_seeds)]
 
 
 def checkpoint_schedule(steps: int, num: int, power: float) -> list[int]:
-  """``round(steps · (k/num)^power)`` for ``k = 1..num``, deduplicated (always ends at ``steps``)."""
+  """``round(steps · (k/num)^power)`` for ``k = 1..num``, deduplicated (always ends at
+  ``steps``)."""
   ks = np.arange(1, num + 1) / num
   return sorted({max(1, int(round(steps * k**power))) for k in ks})
 
 
-def first_step(history: list[dict], key: str, seed: int, threshold: float = THRESHOLD) -> int | None:
+def first_step(
+  history: list[dict], key: str, seed: int, threshold: float = THRESHOLD
+) -> int | None:
   for row in history:
     if np.asarray(row[key])[seed] >= threshold:
       return int(row["step"])
@@ -152,14 +184,19 @@ def analyze_seed(cfg: Config, params_by_step: dict[int, dict], seed: int) -> dic
   stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *params)
   logits = jax.jit(jax.vmap(lambda p: model.apply(p, all_x)))(stacked)
   first = model.layers[0]
-  hidden = jax.jit(jax.vmap(lambda p: first.apply({"params": p["params"]["layers_0"]}, all_x,
-                                                  method=bl.Bilinear.hidden_activations)))(stacked)
+  hidden = jax.jit(
+    jax.vmap(
+      lambda p: first.apply(
+        {"params": p["params"]["layers_0"]}, all_x, method=bl.Bilinear.hidden_activations
+      )
+    )
+  )(stacked)
   flat = jnp.stack([jnp.concatenate([jnp.ravel(v) for v in jax.tree.leaves(p)]) for p in params])
   return {
-      "tensor": ts.similarity_matrix(nets),
-      "logit_cosine": ts.cosine_matrix(logits),
-      "weight_cosine": ts.cosine_matrix(flat),
-      "cka": ts.cka_matrix(hidden),
+    "tensor": ts.similarity_matrix(nets),
+    "logit_cosine": ts.cosine_matrix(logits),
+    "weight_cosine": ts.cosine_matrix(flat),
+    "cka": ts.cka_matrix(hidden),
   }
 
 
@@ -175,19 +212,30 @@ def pearson_upper(a: np.ndarray, b: np.ndarray) -> float:
 
 @frame.study
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-  """Trains (resuming an interrupted run), compares every pair of checkpoints, and writes ``summary.json``,
-  ``similarity.npz`` (the matrices and their steps) and figures."""
+  """Trains (resuming an interrupted run), compares every pair of checkpoints, and writes
+  ``summary.json``, ``similarity.npz`` (the matrices and their steps) and figures."""
   who = members(cfg)
-  keys = jnp.tile(loop.seed_keys(cfg.run.seed, cfg.run.num_seeds), (len(who) // cfg.run.num_seeds, 1))
+  keys = jnp.tile(
+    loop.seed_keys(cfg.run.seed, cfg.run.num_seeds), (len(who) // cfg.run.num_seeds, 1)
+  )
   problem, optimizer = make_problem(cfg), make_optimizer(cfg)
   hyperparams = {"weight_decay": [m["weight_decay"] for m in who]} if cfg.weight_decays else None
   schedule = checkpoint_schedule(cfg.run.steps, cfg.num_checkpoints, cfg.checkpoint_power)
-  summarize = lambda r: (f"loss {np.mean(r['train_loss']):.3f} | train acc {np.mean(r['train_acc']):.3f} "
-                         f"| test acc {np.mean(r['test_acc']):.3f}")
-  result = loop.train(problem, optimizer, keys=keys, steps=cfg.run.steps, workdir=ctx.workdir, run=RUN,
-                      log_every=cfg.run.log_every, checkpoint_every=cfg.run.checkpoint_every, progress=ctx.progress,
-                      summarize=summarize, keep_checkpoints=None, checkpoint_steps=schedule, binary_chunks=True,
-                      hyperparams=hyperparams)
+  summarize = lambda r: (
+    f"loss {np.mean(r['train_loss']):.3f} | train acc {np.mean(r['train_acc']):.3f} "
+    f"| test acc {np.mean(r['test_acc']):.3f}"
+  )
+  result = ctx.train(
+    RUN,
+    problem,
+    optimizer,
+    keys=keys,
+    summarize=summarize,
+    keep_checkpoints=None,
+    checkpoint_steps=schedule,
+    binary_chunks=True,
+    hyperparams=hyperparams,
+  )
   params_by_step = result.params_at(schedule)
   params_by_step[0] = jax.vmap(lambda k: loop.init_state(problem, optimizer, k)["params"])(keys)
   steps = sorted(params_by_step)
@@ -198,31 +246,51 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     mats = analyze_seed(cfg, params_by_step, s)
     matrices.update({f"seed{s}/{k}": v for k, v in mats.items()})
     final = history[-1]
-    seeds.append({
+    seeds.append(
+      {
         **member,
         "memorised_step": first_step(history, "train_acc", s),
         "generalised_step": first_step(history, "test_acc", s),
         "test_acc_half_step": first_step(history, "test_acc", s, 0.5),
         "final_train_acc": float(np.asarray(final["train_acc"])[s]),
         "final_test_acc": float(np.asarray(final["test_acc"])[s]),
-        "pearson_r_vs_logit_cosine": {m: pearson_upper(mats[m], mats["logit_cosine"]) for m in MEASURES
-                                      if m != "logit_cosine"},
+        "pearson_r_vs_logit_cosine": {
+          m: pearson_upper(mats[m], mats["logit_cosine"]) for m in MEASURES if m != "logit_cosine"
+        },
         "similarity_init_to_final": {m: float(mats[m][0, -1]) for m in MEASURES},
-    })
+      }
+    )
   summary = {
-      "checkpoint_steps": steps,
-      "seeds": seeds,
-      "pearson_r_tensor_vs_logit_cosine": float(np.mean([s["pearson_r_vs_logit_cosine"]["tensor"] for s in seeds])),
+    "checkpoint_steps": steps,
+    "seeds": seeds,
+    "pearson_r_tensor_vs_logit_cosine": float(
+      np.mean([s["pearson_r_vs_logit_cosine"]["tensor"] for s in seeds])
+    ),
   }
   if cfg.weight_decays:
     summary["by_weight_decay"] = {
-        str(wd): {key: _mean_or_none([s[key] for s in seeds if s["weight_decay"] == float(wd)])
-                  for key in ("generalised_step", "final_test_acc")}
-                 | {"pearson_r_tensor_vs_logit_cosine": float(np.mean(
-                     [s["pearson_r_vs_logit_cosine"]["tensor"] for s in seeds if s["weight_decay"] == float(wd)]))}
-        for wd in cfg.weight_decays}
-  return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, history, steps, matrices, seeds, folder),
-                       files={"similarity.npz": {"steps": np.array(steps), **matrices}})
+      str(wd): {
+        key: _mean_or_none([s[key] for s in seeds if s["weight_decay"] == float(wd)])
+        for key in ("generalised_step", "final_test_acc")
+      }
+      | {
+        "pearson_r_tensor_vs_logit_cosine": float(
+          np.mean(
+            [
+              s["pearson_r_vs_logit_cosine"]["tensor"]
+              for s in seeds
+              if s["weight_decay"] == float(wd)
+            ]
+          )
+        )
+      }
+      for wd in cfg.weight_decays
+    }
+  return frame.Outputs(
+    summary,
+    figures=lambda folder: plot_all(cfg, history, steps, matrices, seeds, folder),
+    files={"similarity.npz": {"steps": np.array(steps), **matrices}},
+  )
 
 
 def report(summary: dict) -> list[str]:
@@ -230,15 +298,28 @@ def report(summary: dict) -> list[str]:
   lines = []
   for s in summary["seeds"]:
     r = s["pearson_r_vs_logit_cosine"]
-    lines.append(f"seed {s['seed']} (weight decay {s['weight_decay']:g}): train acc {s['final_train_acc']:.3f}, test "
-                 f"acc {s['final_test_acc']:.3f}; memorised at step {s['memorised_step']}, generalised at step "
-                 f"{s['generalised_step']}")
-    lines.append(f"  Pearson r with logit cosine over {len(summary['checkpoint_steps'])} checkpoints: tensor "
-                 f"similarity {r['tensor']:.3f}, weight cosine {r['weight_cosine']:.3f}, CKA {r['cka']:.3f}")
+    lines.append(
+      f"seed {s['seed']} (weight decay {s['weight_decay']:g}): train acc "
+      f"{s['final_train_acc']:.3f}, test "
+      f"acc {s['final_test_acc']:.3f}; memorised at step {s['memorised_step']}, generalised at "
+      "step "
+      f"{s['generalised_step']}"
+    )
+    lines.append(
+      f"  Pearson r with logit cosine over {len(summary['checkpoint_steps'])} checkpoints: tensor "
+      f"similarity {r['tensor']:.3f}, weight cosine {r['weight_cosine']:.3f}, CKA {r['cka']:.3f}"
+    )
   return lines
 
 
-def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict, seeds: list[dict], figures: str) -> list[str]:
+def plot_all(
+  cfg: Config,
+  history: list[dict],
+  steps: list[int],
+  matrices: dict,
+  seeds: list[dict],
+  figures: str,
+) -> list[str]:
   plt = plotting.plt
   written = []
   s0 = seeds[0]
@@ -247,8 +328,13 @@ def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict,
   for key, colour in (("train_acc", "C0"), ("test_acc", "C1")):
     ys = np.array([np.asarray(r[key]) for r in history])
     for s in range(ys.shape[1]):
-      ax.plot(x, ys[:, s], color=colour, alpha=0.9 if s == 0 else 0.4,
-              label=key.replace("_acc", " accuracy") if s == 0 else None)
+      ax.plot(
+        x,
+        ys[:, s],
+        color=colour,
+        alpha=0.9 if s == 0 else 0.4,
+        label=key.replace("_acc", " accuracy") if s == 0 else None,
+      )
   for step, label in ((s0["memorised_step"], "memorised"), (s0["generalised_step"], "generalised")):
     if step is not None:
       ax.axvline(step, color="k", ls="--", lw=0.8)
@@ -256,8 +342,11 @@ def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict,
   ax.plot(steps, np.full(len(steps), -0.03), "|", color="0.4", label="checkpoints")
   ax.set_xlabel("step")
   ax.set_ylabel("accuracy")
-  ax.set_title(f"Modular addition, P = {cfg.p}: memorisation, then generalisation\n"
-               f"(seed 0 solid, other seeds faint; dashed lines: seed 0's phases)", fontsize=10)
+  ax.set_title(
+    f"Modular addition, P = {cfg.p}: memorisation, then generalisation\n"
+    f"(seed 0 solid, other seeds faint; dashed lines: seed 0's phases)",
+    fontsize=10,
+  )
   ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.08), fontsize=8)
   fig.tight_layout()
   path = os.path.join(figures, "grokking_accuracy.png")
@@ -267,7 +356,11 @@ def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict,
 
   order = f"{len(steps)} checkpoints in order, step 0 → {steps[-1]}"
   panels = [(f"{LABELS[m]}\n{order}", matrices[f"seed0/{m}"]) for m in MEASURES]
-  written.append(plotting.matrices_figure(panels, os.path.join(figures, "grokking_similarity_matrices.png"), vmax=1.0))
+  written.append(
+    plotting.matrices_figure(
+      panels, os.path.join(figures, "grokking_similarity_matrices.png"), vmax=1.0
+    )
+  )
 
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
   t, lc = matrices["seed0/tensor"], matrices["seed0/logit_cosine"]
@@ -276,7 +369,9 @@ def plot_all(cfg: Config, history: list[dict], steps: list[int], matrices: dict,
   axes[0].plot([lc.min(), 1], [lc.min(), 1], "k:", lw=0.8)
   axes[0].set_xlabel("logit cosine")
   axes[0].set_ylabel("tensor similarity")
-  axes[0].set_title(f"all checkpoint pairs: Pearson r = {s0['pearson_r_vs_logit_cosine']['tensor']:.3f}")
+  axes[0].set_title(
+    f"all checkpoint pairs: Pearson r = {s0['pearson_r_vs_logit_cosine']['tensor']:.3f}"
+  )
   for m in MEASURES:
     axes[1].plot(steps, matrices[f"seed0/{m}"][:, -1], label=LABELS[m])
   for step in (s0["memorised_step"], s0["generalised_step"]):

@@ -1,8 +1,8 @@
 """One small wrapper around orbax's CheckpointManager.
 
-A checkpoint holds the whole train state pytree: params, optimizer state, step and PRNG keys (with the
-seed axis in front when seeds are vmapped). Saving the key and the step is what makes a resumed run
-bitwise the run that was never stopped: every step's randomness is ``fold_in(key, step)``.
+A checkpoint holds the whole train state pytree: params, optimizer state, step and PRNG keys (with
+the seed axis in front when seeds are vmapped). Saving the key and the step is what makes a resumed
+run bitwise the run that was never stopped: every step's randomness is ``fold_in(key, step)``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class Checkpointer:
     self._manager.save(int(step), args=ocp.args.StandardSave(state))
 
   def restore(self, abstract_state: Any, step: int | None = None) -> Any:
-    """Restores into ``abstract_state`` (a pytree of ``jax.ShapeDtypeStruct``, e.g. from ``jax.eval_shape``)."""
+    """Restores into ``abstract_state`` (a pytree of ``jax.ShapeDtypeStruct``, e.g. from
+    ``jax.eval_shape``)."""
     step = self.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")

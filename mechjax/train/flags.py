@@ -1,19 +1,21 @@
-"""The command line: flags generated from a study's ``Config``, and the app runner every entry point uses.
+"""The command line: flags generated from a study's ``Config``, and the app runner every entry point
+uses.
 
 An experiment is two lines (:func:`experiment`): it defines one absl flag per setting of its study's
-``Config`` (:mod:`mechjax.config`; the default, help text and choices come from there), plus ``--workdir`` and
-``--overwrite``, and its main parses them into a ``Config`` and calls ``study.run(cfg, workdir)``. The shared
-names (``--workdir --seed --num_seeds --steps --checkpoint_every --log_every --overwrite``) are relied on by
-launchers and tests: keep them.
+``Config`` (:mod:`mechjax.config`; the default, help text and choices come from there), plus
+``--workdir`` and ``--overwrite``, and its main parses them into a ``Config`` and calls
+``study.run(cfg, workdir)``. The shared names (``--workdir --seed --num_seeds --steps
+--checkpoint_every --log_every --overwrite``) are relied on by launchers and tests: keep them.
 
 Errors a user can cause print exactly one line on stderr and exit non-zero, with no traceback:
 
-* a bad flag value: ``error: flag --steps=0: must be an integer >= 1`` (exit 2), the text of the same
-  :class:`mechjax.config.ConfigError` that ``Config(...)`` raises in Python;
+* a bad flag value: ``error: flag --steps=0: must be an integer >= 1`` (exit 2), the text of the
+  same :class:`mechjax.config.ConfigError` that ``Config(...)`` raises in Python;
 * a workdir that cannot be used (:class:`mechjax.train.workdir.WorkdirError`, exit 2);
 * a non-finite loss (:class:`mechjax.train.loop.NonFiniteError`, exit 1).
 
-The theory scripts define their own flags with absl and use :func:`positive_int` and friends and :func:`run`.
+The theory scripts define their own flags with absl and use :func:`positive_int` and friends and
+:func:`run`.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Callable
-
 from types import ModuleType
+from typing import Callable
 
 from absl import app
 from absl import flags
@@ -38,9 +39,10 @@ FLAGS = flags.FLAGS
 
 def cpu_cores_as_devices() -> bool:
   """Makes every CPU core a JAX device, so that SGLD chains are sharded over the cores
-  (:func:`mechjax.slt.sgld.sample_chains`): XLA runs one CPU device's elementwise work on one core. Call it
-  before JAX runs anything. Returns False, changing nothing, when JAX has already started (as in an
-  in-process test). Accelerator backends are not affected; single-device programs run as before."""
+  (:func:`mechjax.slt.sgld.sample_chains`): XLA runs one CPU device's elementwise work on one core.
+  Call it before JAX runs anything. Returns False, changing nothing, when JAX has already started
+  (as in an in-process test). Accelerator backends are not affected; single-device programs run as
+  before."""
   import jax  # local: flag parsing itself does not need JAX
 
   try:
@@ -48,6 +50,7 @@ def cpu_cores_as_devices() -> bool:
   except RuntimeError:
     return False
   return True
+
 
 def initialize_distributed() -> bool:
   """Multi-host JAX, behind an environment variable: with ``MECHJAX_DISTRIBUTED=1`` this calls
@@ -62,7 +65,10 @@ def initialize_distributed() -> bool:
   kwargs = {}
   if os.environ.get("MECHJAX_COORDINATOR"):
     kwargs["coordinator_address"] = os.environ["MECHJAX_COORDINATOR"]
-  for env, key in (("MECHJAX_NUM_PROCESSES", "num_processes"), ("MECHJAX_PROCESS_ID", "process_id")):
+  for env, key in (
+    ("MECHJAX_NUM_PROCESSES", "num_processes"),
+    ("MECHJAX_PROCESS_ID", "process_id"),
+  ):
     if os.environ.get(env):
       try:
         kwargs[key] = int(os.environ[env])
@@ -73,31 +79,50 @@ def initialize_distributed() -> bool:
 
 
 def positive_int(name: str, minimum: int = 1) -> None:
-  flags.register_validator(name, lambda v: v is not None and v >= minimum, message=f"must be an integer >= {minimum}")
+  flags.register_validator(
+    name, lambda v: v is not None and v >= minimum, message=f"must be an integer >= {minimum}"
+  )
 
 
 def positive_float(name: str, allow_zero: bool = False) -> None:
   ok = (lambda v: v >= 0) if allow_zero else (lambda v: v > 0)
   what = ">= 0" if allow_zero else "> 0"
-  flags.register_validator(name, lambda v: v is not None and math.isfinite(v) and ok(v),
-                           message=f"must be a finite number {what}")
+  flags.register_validator(
+    name,
+    lambda v: v is not None and math.isfinite(v) and ok(v),
+    message=f"must be a finite number {what}",
+  )
 
 
 class FlagError(ValueError):
-  """A flag value (or a combination of them) that the config refuses; the message names the flags."""
+  """A flag value (or a combination of them) that the config refuses; the message names the
+  flags."""
 
 
-def define(config_cls: type, *, module_name: str, workdir: str, flag_values: flags.FlagValues = FLAGS) -> None:
-  """Defines ``--workdir`` (default ``workdir``), ``--overwrite`` and one flag per setting of ``config_cls``
-  that has a flag name, each with its default and help text; ``module_name`` (the experiment's module, or
-  its path when it is ``__main__``) makes ``--help`` list them. ``flag_values`` other than the global
-  ``FLAGS`` is for tests."""
+def define(
+  config_cls: type, *, module_name: str, workdir: str, flag_values: flags.FlagValues = FLAGS
+) -> None:
+  """Defines ``--workdir`` (default ``workdir``), ``--overwrite`` and one flag per setting of
+  ``config_cls`` that has a flag name, each with its default and help text; ``module_name`` (the
+  experiment's module, or its path when it is ``__main__``) makes ``--help`` list them.
+  ``flag_values`` other than the global ``FLAGS`` is for tests."""
   kw = dict(module_name=module_name, flag_values=flag_values)
-  flags.DEFINE_string("workdir", workdir, "Output folder: config.json, metrics.jsonl, summary.json, figures/, "
-                      "checkpoints/. A folder holding an unfinished run is resumed.", **kw)
-  flags.DEFINE_bool("overwrite", False, "Delete an existing run in --workdir and start afresh.", **kw)
-  flags.register_validator("workdir", lambda v: bool(v and v.strip()), message="must be a non-empty path",
-                           flag_values=flag_values)
+  flags.DEFINE_string(
+    "workdir",
+    workdir,
+    "Output folder: config.json, metrics.jsonl, summary.json, figures/, "
+    "checkpoints/. A folder holding an unfinished run is resumed.",
+    **kw,
+  )
+  flags.DEFINE_bool(
+    "overwrite", False, "Delete an existing run in --workdir and start afresh.", **kw
+  )
+  flags.register_validator(
+    "workdir",
+    lambda v: bool(v and v.strip()),
+    message="must be a non-empty path",
+    flag_values=flag_values,
+  )
   for spec in config_lib.flat_specs(config_cls):
     if spec.flag is None:
       continue
@@ -106,20 +131,29 @@ def define(config_cls: type, *, module_name: str, workdir: str, flag_values: fla
       default = spec.unset
     if kind.base is tuple:
       extra = f" Any of: {', '.join(spec.choices)}." if spec.choices else ""
-      flags.DEFINE_list(spec.flag, [f"{v:g}" if isinstance(v, float) else str(v) for v in default], spec.help + extra,
-                        **kw)
+      flags.DEFINE_list(
+        spec.flag,
+        [f"{v:g}" if isinstance(v, float) else str(v) for v in default],
+        spec.help + extra,
+        **kw,
+      )
     elif kind.base is str and spec.choices:
       flags.DEFINE_enum(spec.flag, default, list(spec.choices), spec.help, **kw)
     else:
-      define_fn = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
-                   str: flags.DEFINE_string}[kind.base]
+      define_fn = {
+        bool: flags.DEFINE_bool,
+        int: flags.DEFINE_integer,
+        float: flags.DEFINE_float,
+        str: flags.DEFINE_string,
+      }[kind.base]
       help_text = spec.help if spec.unset is None else f"{spec.help} ({spec.unset} means unset)"
       define_fn(spec.flag, default, help_text, **kw)
 
 
 def config_from_flags(config_cls: type, flag_values: flags.FlagValues = FLAGS):
-  """The parsed flags as a ``config_cls``. A value the config refuses raises :class:`FlagError` with the
-  config's own message, naming the flags as they were given (``flag --steps=0: must be an integer >= 1``)."""
+  """The parsed flags as a ``config_cls``. A value the config refuses raises :class:`FlagError` with
+  the config's own message, naming the flags as they were given (``flag --steps=0: must be an
+  integer >= 1``)."""
   values = {}
   for spec in config_lib.flat_specs(config_cls):
     if spec.flag is not None:
@@ -129,23 +163,30 @@ def config_from_flags(config_cls: type, flag_values: flags.FlagValues = FLAGS):
     return config_cls.from_flat(values)
   except config_lib.ConfigError as e:
     given = [flag_values[n].serialize() if n in flag_values else n for n in e.names]
-    raise FlagError(f"flag{'s' if len(given) > 1 else ''} {', '.join(given)}: {e.message}") from None
+    raise FlagError(
+      f"flag{'s' if len(given) > 1 else ''} {', '.join(given)}: {e.message}"
+    ) from None
 
 
 def experiment(study: ModuleType, module_name: str):
-  """The entry point of ``python -m experiments.<name>``: defines ``study.Config``'s flags and returns ``main``.
+  """The entry point of ``python -m experiments.<name>``: defines ``study.Config``'s flags and
+  returns ``main``.
 
-  ``main()`` parses the flags into a ``Config``, calls ``study.run(cfg, --workdir, overwrite=--overwrite)``
-  (which applies the workdir contract itself, so a call from Python obeys the same rules), and prints where
-  the outputs are and ``study.report(summary)``. A study with ``CPU_CORES_AS_DEVICES = True`` makes every CPU
-  core a JAX device first (:func:`cpu_cores_as_devices`). Use it as::
+  ``main()`` parses the flags into a ``Config``, calls ``study.run(cfg, --workdir,
+  overwrite=--overwrite)`` (which applies the workdir contract itself, so a call from Python obeys
+  the same rules), and prints where the outputs are and ``study.report(summary)``. A study with
+  ``CPU_CORES_AS_DEVICES = True`` makes every CPU core a JAX device first
+  (:func:`cpu_cores_as_devices`). Use it as::
 
       main = flags.experiment(fourier_phase, __name__)
       if __name__ == "__main__":
         main()
   """
-  define(study.Config, module_name=sys.argv[0] if module_name == "__main__" else module_name,
-         workdir=os.path.join("runs", study.NAME))
+  define(
+    study.Config,
+    module_name=sys.argv[0] if module_name == "__main__" else module_name,
+    workdir=os.path.join("runs", study.NAME),
+  )
 
   def body(argv):
     if len(argv) > 1:
@@ -164,14 +205,18 @@ def experiment(study: ModuleType, module_name: str):
 
 def flag_values() -> dict:
   """Every flag defined outside absl itself (the entry point's own flags), as a dict."""
-  names = {f.name for module, fs in FLAGS.flags_by_module_dict().items() if _ours(module) for f in fs}
+  names = {
+    f.name for module, fs in FLAGS.flags_by_module_dict().items() if _ours(module) for f in fs
+  }
   return {n: FLAGS[n].value for n in sorted(names)}
 
 
 def _ours(module: str) -> bool:
   """Flags of this project, however the entry point was started (``python -m`` or a path)."""
   name = module.replace("/", ".").replace("\\", ".")
-  return name == "__main__" or any(part in name for part in ("mechjax.", "experiments.", "theory.", "benchmarks."))
+  return name == "__main__" or any(
+    part in name for part in ("mechjax.", "experiments.", "theory.", "benchmarks.")
+  )
 
 
 def _one_line(text: str) -> str:
@@ -179,7 +224,8 @@ def _one_line(text: str) -> str:
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl flag parsing that reports a bad value in one line (no help banner, no traceback), exit 2."""
+  """absl flag parsing that reports a bad value in one line (no help banner, no traceback), exit
+  2."""
   try:
     return FLAGS(argv)
   except flags.Error as e:
@@ -188,8 +234,8 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def run(main: Callable[[list[str]], None]) -> None:
-  """``absl.app.run`` with one-line errors for bad flags, refused configs, unusable workdirs and non-finite
-  losses."""
+  """``absl.app.run`` with one-line errors for bad flags, refused configs, unusable workdirs and
+  non-finite losses."""
 
   def wrapped(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.

@@ -7,12 +7,14 @@ The pieces, from the inside out:
 * :func:`scan_steps` runs ``num_steps`` steps with ``jax.lax.scan``; step ``t`` uses the key
   ``fold_in(state["key"], t)``, so the randomness of a step depends only on the seed and the step
   number, never on how the run was cut into chunks or resumed.
-* :func:`make_chunk_fn` compiles ``vmap(scan_steps + evaluate)`` over the seed axis into one program.
-* :func:`train` is the host loop: it resumes from the latest checkpoint, runs chunks, and between chunks
-  writes ``metrics.jsonl``, prints progress, checks for non-finite values and saves checkpoints.
+* :func:`make_chunk_fn` compiles ``vmap(scan_steps + evaluate)`` over the seed axis into one
+  program.
+* :func:`train` is the host loop: it resumes from the latest checkpoint, runs chunks, and between
+  chunks writes ``metrics.jsonl``, prints progress, checks for non-finite values and saves
+  checkpoints.
 
-A train state is a plain dict pytree ``{"params", "opt_state", "step", "key", "eval_key"}``; with seeds
-vmapped every leaf has a leading seed axis ``S``.
+A train state is a plain dict pytree ``{"params", "opt_state", "step", "key", "eval_key"}``; with
+seeds vmapped every leaf has a leading seed axis ``S``.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ class Problem:
 
   Attributes:
     init: ``init(key) -> params``.
-    loss: ``loss(params, key) -> (scalar loss, dict of scalar metrics)``; draws its own batch from ``key``.
-    evaluate: optional ``evaluate(params, key) -> dict of scalars``, run at every logged step with a key
+    loss: ``loss(params, key) -> (scalar loss, dict of scalar metrics)``; draws its own batch from
+    ``key``. evaluate: optional ``evaluate(params, key) -> dict of scalars``, run at every logged
+    step with a key
       fixed per seed (so a fixed test set can be drawn from it inside the compiled program).
   """
 
@@ -58,27 +61,31 @@ class Problem:
 
 
 def seed_keys(seed: int, num_seeds: int) -> jax.Array:
-  """Per-seed keys ``fold_in(PRNGKey(seed), i)``: seed ``i`` of a vmapped run is the same run alone."""
+  """Per-seed keys ``fold_in(PRNGKey(seed), i)``: seed ``i`` of a vmapped run is the same run
+  alone."""
   base = jax.random.PRNGKey(seed)
   return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_seeds))
 
 
-def init_state(problem: Problem, optimizer: optax.GradientTransformation, key: jax.Array, params: Params = None) -> State:
+def init_state(
+  problem: Problem, optimizer: optax.GradientTransformation, key: jax.Array, params: Params = None
+) -> State:
   """The initial state of one seed (vmap it over :func:`seed_keys` for many); ``params`` replaces
   ``problem.init`` (fine-tuning starts from given weights with a fresh optimizer state)."""
   k_init, k_train, k_eval = jax.random.split(key, 3)
   params = problem.init(k_init) if params is None else params
   return {
-      "params": params,
-      "opt_state": optimizer.init(params),
-      "step": jnp.zeros((), jnp.int32),
-      "key": k_train,
-      "eval_key": k_eval,
+    "params": params,
+    "opt_state": optimizer.init(params),
+    "step": jnp.zeros((), jnp.int32),
+    "key": k_train,
+    "eval_key": k_eval,
   }
 
 
 def make_train_step(problem: Problem, optimizer: optax.GradientTransformation):
-  """``step(state, key) -> (state, metrics)``: one optimizer update on a batch drawn from ``key``."""
+  """``step(state, key) -> (state, metrics)``: one optimizer update on a batch drawn from
+  ``key``."""
 
   def step(state: State, key: jax.Array) -> tuple[State, Metrics]:
     (loss, aux), grads = jax.value_and_grad(problem.loss, has_aux=True)(state["params"], key)
@@ -91,7 +98,8 @@ def make_train_step(problem: Problem, optimizer: optax.GradientTransformation):
 
 
 def scan_steps(step_fn, state: State, num_steps: int) -> tuple[State, Metrics]:
-  """Runs ``num_steps`` steps of ``step_fn`` with ``lax.scan``; returns per-step metrics ``(num_steps, ...)``."""
+  """Runs ``num_steps`` steps of ``step_fn`` with ``lax.scan``; returns per-step metrics
+  ``(num_steps, ...)``."""
 
   def body(state, _):
     return step_fn(state, jax.random.fold_in(state["key"], state["step"]))
@@ -100,15 +108,24 @@ def scan_steps(step_fn, state: State, num_steps: int) -> tuple[State, Metrics]:
 
 
 def _all_finite(tree) -> jax.Array:
-  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+  leaves = [
+    jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)
+  ]
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
 
 
-def make_chunk_fn(problem: Problem, optimizer: optax.GradientTransformation, *, vmapped: bool = True, donate: bool = True):
-  """``chunk(state, num_steps) -> (state, per_step_metrics, end_metrics)``, jitted (``num_steps`` static).
+def make_chunk_fn(
+  problem: Problem,
+  optimizer: optax.GradientTransformation,
+  *,
+  vmapped: bool = True,
+  donate: bool = True,
+):
+  """``chunk(state, num_steps) -> (state, per_step_metrics, end_metrics)``, jitted (``num_steps``
+  static).
 
-  ``end_metrics`` holds ``evaluate`` at the end of the chunk and ``params_finite``. With ``vmapped`` the
-  state carries a leading seed axis and the whole chunk for all seeds is one compiled program.
+  ``end_metrics`` holds ``evaluate`` at the end of the chunk and ``params_finite``. With ``vmapped``
+  the state carries a leading seed axis and the whole chunk for all seeds is one compiled program.
   """
   step_fn = make_train_step(problem, optimizer)
 
@@ -120,28 +137,36 @@ def make_chunk_fn(problem: Problem, optimizer: optax.GradientTransformation, *, 
     return state, per_step, end
 
   if vmapped:
-    chunk_v = lambda state, num_steps: jax.vmap(functools.partial(chunk, num_steps=num_steps))(state)
+    chunk_v = lambda state, num_steps: jax.vmap(functools.partial(chunk, num_steps=num_steps))(
+      state
+    )
   else:
     chunk_v = chunk
   return jax.jit(chunk_v, static_argnums=1, donate_argnums=0 if donate else ())
 
 
-def chunk_ends(start: int, steps: int, log_every: int, checkpoint_every: int, extra: Sequence[int] = ()) -> list[int]:
-  """Steps after ``start`` where a chunk ends: multiples of ``log_every`` or ``checkpoint_every``, the
-  ``extra`` steps (within ``(0, steps]``), and ``steps``.
+def chunk_ends(
+  start: int, steps: int, log_every: int, checkpoint_every: int, extra: Sequence[int] = ()
+) -> list[int]:
+  """Steps after ``start`` where a chunk ends: multiples of ``log_every`` or ``checkpoint_every``,
+  the ``extra`` steps (within ``(0, steps]``), and ``steps``.
 
-  The ends depend only on the flags, not on ``start``, so a resumed run cuts the remaining steps exactly
-  as the uninterrupted run did (its logged metrics, chunk means included, are the same).
+  The ends depend only on the flags, not on ``start``, so a resumed run cuts the remaining steps
+  exactly as the uninterrupted run did (its logged metrics, chunk means included, are the same).
   """
-  ends = set(range(log_every, steps, log_every)) | set(range(checkpoint_every, steps, checkpoint_every)) | {steps}
+  ends = (
+    set(range(log_every, steps, log_every))
+    | set(range(checkpoint_every, steps, checkpoint_every))
+    | {steps}
+  )
   ends |= {int(e) for e in extra if 0 < e <= steps}
   return sorted(e for e in ends if e > start)
 
 
 @dataclasses.dataclass
 class TrainResult:
-  """What :func:`train` returns: the final state, this run's ``metrics.jsonl`` rows, the step it resumed from
-  (None for a fresh start), and how to read its checkpoints back."""
+  """What :func:`train` returns: the final state, this run's ``metrics.jsonl`` rows, the step it
+  resumed from (None for a fresh start), and how to read its checkpoints back."""
 
   state: State
   history: list[dict]
@@ -149,76 +174,92 @@ class TrainResult:
   restore: Callable[..., dict[int, Params]] | None = None
 
   def params_at(self, steps: Sequence[int] | None = None) -> dict[int, Params]:
-    """The (seed-stacked) params saved at ``steps`` (all committed steps by default), by step: restored with
-    the problem, optimizer, keys and sharding this run trained with (:func:`checkpoint_params`)."""
+    """The (seed-stacked) params saved at ``steps`` (all committed steps by default), by step:
+    restored with the problem, optimizer, keys and sharding this run trained with
+    (:func:`checkpoint_params`)."""
     return self.restore(steps=steps)
 
 
 def train(
-    problem: Problem,
-    optimizer: optax.GradientTransformation,
-    *,
-    keys: jax.Array,
-    steps: int,
-    workdir: str | os.PathLike,
-    run: str = "main",
-    log_every: int = 100,
-    checkpoint_every: int = 1000,
-    progress: bool = True,
-    summarize: Callable[[dict], str] | None = None,
-    keep_checkpoints: int | None = 2,
-    checkpoint_steps: Sequence[int] = (),
-    initial_params: Params = None,
-    binary_chunks: bool = False,
-    shard_seeds: bool | None = None,
-    hyperparams: dict[str, Sequence[float]] | None = None,
+  problem: Problem,
+  optimizer: optax.GradientTransformation,
+  *,
+  keys: jax.Array,
+  steps: int,
+  workdir: str | os.PathLike,
+  run: str = "main",
+  log_every: int = 100,
+  checkpoint_every: int = 1000,
+  progress: bool = True,
+  summarize: Callable[[dict], str] | None = None,
+  keep_checkpoints: int | None = 2,
+  checkpoint_steps: Sequence[int] = (),
+  initial_params: Params = None,
+  binary_chunks: bool = False,
+  shard_seeds: bool | None = None,
+  hyperparams: dict[str, Sequence[float]] | None = None,
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
-  Resumes from ``workdir/checkpoints/<run>`` if it holds a checkpoint (a finished run returns at once).
-  Every chunk end writes a line of per-seed metrics to ``workdir/metrics.jsonl``: the chunk means of the
-  per-step metrics, prefixed ``train_``, and the ``evaluate`` metrics. Checkpoints are saved at multiples
-  of ``checkpoint_every`` and at ``steps``; the latest ``keep_checkpoints`` are kept (all of them with None,
-  for studies that analyse every checkpoint afterwards). ``checkpoint_steps`` adds checkpoints (and chunk
-  ends, hence metric rows) at those steps, e.g. a power schedule. ``initial_params`` (with the seed axis)
-  starts from given weights instead of ``problem.init``, with a fresh optimizer state: fine-tuning.
-  ``binary_chunks`` runs each chunk as pieces of power-of-two lengths (:func:`binary_pieces`): a chunk's
-  length is static in the compiled program, so irregular chunk ends (``checkpoint_steps``) would otherwise
-  compile one program per distinct length.
-  ``shard_seeds`` splits the seed axis over all devices with a one-axis ``Mesh`` (:func:`seed_sharding`): the
-  same single program, partitioned by XLA, each device holding its share of the seeds. ``None`` (the
-  default) does so whenever there are several devices and they divide the seed count (on a CPU there are
-  several only on request, :func:`mechjax.train.flags.cpu_cores_as_devices`); ``False`` never does.
-  ``hyperparams`` sweeps numeric optimizer hyperparameters inside the same program: ``{"learning_rate":
-  [...]}`` gives seed ``i`` the ``i``-th value (one per key). The optimizer must expose them through
+  Resumes from ``workdir/checkpoints/<run>`` if it holds a checkpoint (a finished run returns at
+  once). Every chunk end writes a line of per-seed metrics to ``workdir/metrics.jsonl``: the chunk
+  means of the per-step metrics, prefixed ``train_``, and the ``evaluate`` metrics. Checkpoints are
+  saved at multiples of ``checkpoint_every`` and at ``steps``; the latest ``keep_checkpoints`` are
+  kept (all of them with None, for studies that analyse every checkpoint afterwards).
+  ``checkpoint_steps`` adds checkpoints (and chunk ends, hence metric rows) at those steps, e.g. a
+  power schedule. ``initial_params`` (with the seed axis) starts from given weights instead of
+  ``problem.init``, with a fresh optimizer state: fine-tuning. ``binary_chunks`` runs each chunk as
+  pieces of power-of-two lengths (:func:`binary_pieces`): a chunk's length is static in the compiled
+  program, so irregular chunk ends (``checkpoint_steps``) would otherwise compile one program per
+  distinct length. ``shard_seeds`` splits the seed axis over all devices with a one-axis ``Mesh``
+  (:func:`seed_sharding`): the same single program, partitioned by XLA, each device holding its
+  share of the seeds. ``None`` (the default) does so whenever there are several devices and they
+  divide the seed count (on a CPU there are several only on request,
+  :func:`mechjax.train.flags.cpu_cores_as_devices`); ``False`` never does. ``hyperparams`` sweeps
+  numeric optimizer hyperparameters inside the same program: ``{"learning_rate": [...]}`` gives seed
+  ``i`` the ``i``-th value (one per key). The optimizer must expose them through
   ``optax.inject_hyperparams`` (:func:`set_hyperparams`); a checkpoint restores them with the state.
-  Across processes (``jax.distributed``), the returned state is whole on every process's host, so the
-  analysis after training needs no multi-host code.
+  Across processes (``jax.distributed``), the returned state is whole on every process's host, so
+  the analysis after training needs no multi-host code.
 
   Raises:
-    NonFiniteError: a loss or a parameter became non-finite. Nothing from the bad chunk is written, and
-      the last good checkpoint is kept.
+    NonFiniteError: a loss or a parameter became non-finite. Nothing from the bad chunk is written,
+      and the last good checkpoint is kept.
   """
   workdir = os.fspath(workdir)
-  restore = functools.partial(checkpoint_params, problem, optimizer, keys=keys, workdir=workdir, run=run,
-                              shard_seeds=shard_seeds, initial_params=initial_params)
+  restore = functools.partial(
+    checkpoint_params,
+    problem,
+    optimizer,
+    keys=keys,
+    workdir=workdir,
+    run=run,
+    shard_seeds=shard_seeds,
+    initial_params=initial_params,
+  )
   writer = metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run)
   init_fn = _init_fn(problem, optimizer, initial_params)
   abstract_state = jax.eval_shape(init_fn, keys)
   sharding = state_sharding(keys.shape[0], shard_seeds)
 
-  with ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints) as checkpointer:
+  with ckpt_lib.Checkpointer(
+    os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints
+  ) as checkpointer:
     start = checkpointer.latest_step()
     if start is not None:
       if sharding is not None:  # restore straight into the sharded layout (needed across processes)
-        abstract_state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
-                                      abstract_state)
+        abstract_state = jax.tree.map(
+          lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract_state
+        )
       state = checkpointer.restore(abstract_state, start)
       writer.truncate_after(start)
     else:
       state = init_fn(keys)
       if hyperparams:
-        state = {**state, "opt_state": set_hyperparams(state["opt_state"], hyperparams, keys.shape[0])}
+        state = {
+          **state,
+          "opt_state": set_hyperparams(state["opt_state"], hyperparams, keys.shape[0]),
+        }
       writer.truncate_after(0)
       start = 0
       if sharding is not None:
@@ -239,8 +280,13 @@ def train(
         per_steps.append(per_step)
       per_step = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *_fetch(per_steps))
       end_metrics = _fetch(end_metrics)
-      _check_finite(per_step["loss"], end_metrics.pop("params_finite"), first_step=step + 1, run=run,
-                    last_good=checkpointer.latest_step())
+      _check_finite(
+        per_step["loss"],
+        end_metrics.pop("params_finite"),
+        first_step=step + 1,
+        run=run,
+        last_good=checkpointer.latest_step(),
+      )
       row = {f"train_{k}": np.mean(v, axis=1) for k, v in per_step.items()}
       row.update(end_metrics)
       row = writer.write(end, row)
@@ -251,11 +297,16 @@ def train(
   return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from, restore)
 
 
-def _init_fn(problem: Problem, optimizer: optax.GradientTransformation, initial_params: Params = None):
-  """``init(keys) -> state`` with the seed axis: from ``problem.init``, or from ``initial_params``."""
+def _init_fn(
+  problem: Problem, optimizer: optax.GradientTransformation, initial_params: Params = None
+):
+  """``init(keys) -> state`` with the seed axis: from ``problem.init``, or from
+  ``initial_params``."""
   if initial_params is None:
     return jax.jit(jax.vmap(functools.partial(init_state, problem, optimizer)))
-  return jax.jit(lambda keys: jax.vmap(functools.partial(init_state, problem, optimizer))(keys, initial_params))
+  return jax.jit(
+    lambda keys: jax.vmap(functools.partial(init_state, problem, optimizer))(keys, initial_params)
+  )
 
 
 def _abstract_state(problem, optimizer, keys, initial_params=None):
@@ -263,26 +314,29 @@ def _abstract_state(problem, optimizer, keys, initial_params=None):
 
 
 def _host_if_multiprocess(state: State) -> State:
-  """Across processes the final state comes back whole, on the host of every process, so the analysis that
-  follows training (indexing a seed, evaluating on data) runs as it does in one process."""
+  """Across processes the final state comes back whole, on the host of every process, so the
+  analysis that follows training (indexing a seed, evaluating on data) runs as it does in one
+  process."""
   return _fetch(state) if jax.process_count() > 1 else state
 
 
 def seed_sharding(num_seeds: int, shard: bool | None = None):
-  """A ``NamedSharding`` that splits a leading seed axis over every device (mesh axis ``"seeds"``), or None:
-  :func:`mechjax.sharding.leading_axis`, the rule the SGLD chains follow too. ``shard=None`` shards whenever
-  there are several devices and their number divides ``num_seeds``; ``True`` insists (a ValueError says why it
-  cannot); ``False`` never shards."""
+  """A ``NamedSharding`` that splits a leading seed axis over every device (mesh axis ``"seeds"``),
+  or None: :func:`mechjax.sharding.leading_axis`, the rule the SGLD chains follow too.
+  ``shard=None`` shards whenever there are several devices and their number divides ``num_seeds``;
+  ``True`` insists (a ValueError says why it cannot); ``False`` never shards."""
   return sharding_lib.leading_axis(num_seeds, "seeds", shard)
 
 
 def set_hyperparams(opt_state, values: dict[str, Sequence[float]], num_seeds: int):
   """``opt_state`` (with the seed axis) with per-seed hyperparameter ``values`` written into every
-  ``optax.inject_hyperparams`` state that has them. A ValueError names a hyperparameter that no injected
-  state holds, or a list whose length is not the number of seeds."""
+  ``optax.inject_hyperparams`` state that has them. A ValueError names a hyperparameter that no
+  injected state holds, or a list whose length is not the number of seeds."""
   for name, v in values.items():
     if len(v) != num_seeds:
-      raise ValueError(f"hyperparams[{name!r}] has {len(v)} values; it needs one per seed ({num_seeds})")
+      raise ValueError(
+        f"hyperparams[{name!r}] has {len(v)} values; it needs one per seed ({num_seeds})"
+      )
   found = set()
 
   def visit(node):
@@ -302,14 +356,16 @@ def set_hyperparams(opt_state, values: dict[str, Sequence[float]], num_seeds: in
   new = visit(opt_state)
   missing = sorted(set(values) - found)
   if missing:
-    raise ValueError(f"hyperparams {missing} are not injected into the optimizer; build it with "
-                     f"optax.inject_hyperparams(...)({missing[0]}=...)")
+    raise ValueError(
+      f"hyperparams {missing} are not injected into the optimizer; build it with "
+      f"optax.inject_hyperparams(...)({missing[0]}=...)"
+    )
   return new
 
 
 def state_sharding(num_seeds: int, shard: bool | None = None):
-  """:func:`seed_sharding`, except that across processes an unsharded state is replicated on every device
-  (a global array, which orbax can checkpoint), rather than left host-local."""
+  """:func:`seed_sharding`, except that across processes an unsharded state is replicated on every
+  device (a global array, which orbax can checkpoint), rather than left host-local."""
   sharding = seed_sharding(num_seeds, shard)
   if sharding is None and jax.process_count() > 1:
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("seeds",))
@@ -321,15 +377,19 @@ def _to_global(tree, sharding):
   """Places a tree that every process holds whole onto ``sharding`` (which may span processes)."""
   if jax.process_count() == 1:
     return jax.device_put(tree, sharding)
-  return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda idx, x=np.asarray(x): x[idx]),
-                      tree)
+  return jax.tree.map(
+    lambda x: jax.make_array_from_callback(x.shape, sharding, lambda idx, x=np.asarray(x): x[idx]),
+    tree,
+  )
 
 
 def _fetch(tree):
-  """The whole of every array on the host, on every process (an all-gather when arrays span processes)."""
+  """The whole of every array on the host, on every process (an all-gather when arrays span
+  processes)."""
   if jax.process_count() == 1:
     return jax.device_get(tree)
   from jax.experimental import multihost_utils
+
   return multihost_utils.process_allgather(tree, tiled=True)
 
 
@@ -344,7 +404,8 @@ def binary_pieces(n: int, cap: int) -> list[int]:
 
 
 def first_nonfinite(values_SxT: np.ndarray) -> tuple[int, int] | None:
-  """``(row, column)`` of the earliest (smallest column) non-finite entry of a per-seed or per-chain trace."""
+  """``(row, column)`` of the earliest (smallest column) non-finite entry of a per-seed or per-chain
+  trace."""
   bad = ~np.isfinite(values_SxT)
   if not bad.any():
     return None
@@ -353,36 +414,64 @@ def first_nonfinite(values_SxT: np.ndarray) -> tuple[int, int] | None:
   return int(rows[i]), int(cols[i])
 
 
-def _check_finite(loss_SxT: np.ndarray, params_finite_S: np.ndarray, *, first_step: int, run: str, last_good: int | None):
-  kept = f"last good checkpoint: step {last_good}" if last_good is not None else "no checkpoint was saved"
+def _check_finite(
+  loss_SxT: np.ndarray,
+  params_finite_S: np.ndarray,
+  *,
+  first_step: int,
+  run: str,
+  last_good: int | None,
+):
+  kept = (
+    f"last good checkpoint: step {last_good}"
+    if last_good is not None
+    else "no checkpoint was saved"
+  )
   first = first_nonfinite(loss_SxT)
   if first is not None:
     seed, offset = first
     raise NonFiniteError(
-        f"non-finite loss at step {first_step + offset} (seed {seed}) in run '{run}'; "
-        f"training stopped, {kept}")
+      f"non-finite loss at step {first_step + offset} (seed {seed}) in run '{run}'; "
+      f"training stopped, {kept}"
+    )
   if not np.all(params_finite_S):
     seed = int(np.argmin(params_finite_S))
     raise NonFiniteError(
-        f"non-finite parameters after step {first_step + loss_SxT.shape[1] - 1} (seed {seed}) in run '{run}'; "
-        f"training stopped, {kept}")
+      f"non-finite parameters after step {first_step + loss_SxT.shape[1] - 1} (seed {seed}) in run "
+      f"'{run}'; training stopped, {kept}"
+    )
 
 
-def checkpoint_params(problem: Problem, optimizer: optax.GradientTransformation, *, keys: jax.Array,
-                      workdir: str | os.PathLike, run: str = "main", steps: Sequence[int] | None = None,
-                      shard_seeds: bool | None = None, initial_params: Params = None) -> dict[int, Params]:
-  """The (seed-stacked) params saved by :func:`train` at ``steps`` (all committed steps by default), by step.
-  ``optimizer``, ``shard_seeds`` and ``initial_params`` as given to :func:`train` (the optimizer state is part of
-  the checkpoint, so the restore needs its structure); :meth:`TrainResult.params_at` passes them for you.
-  Across processes the params come back whole on every host."""
+def checkpoint_params(
+  problem: Problem,
+  optimizer: optax.GradientTransformation,
+  *,
+  keys: jax.Array,
+  workdir: str | os.PathLike,
+  run: str = "main",
+  steps: Sequence[int] | None = None,
+  shard_seeds: bool | None = None,
+  initial_params: Params = None,
+) -> dict[int, Params]:
+  """The (seed-stacked) params saved by :func:`train` at ``steps`` (all committed steps by default),
+  by step. ``optimizer``, ``shard_seeds`` and ``initial_params`` as given to :func:`train` (the
+  optimizer state is part of the checkpoint, so the restore needs its structure);
+  :meth:`TrainResult.params_at` passes them for you. Across processes the params come back whole on
+  every host."""
   abstract = _abstract_state(problem, optimizer, keys, initial_params)
   sharding = state_sharding(keys.shape[0], shard_seeds)
   if sharding is not None:
-    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract)
-  with ckpt_lib.Checkpointer(os.path.join(os.fspath(workdir), "checkpoints", run), max_to_keep=None) as ck:
+    abstract = jax.tree.map(
+      lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract
+    )
+  with ckpt_lib.Checkpointer(
+    os.path.join(os.fspath(workdir), "checkpoints", run), max_to_keep=None
+  ) as ck:
     available = ck.all_steps()
     wanted = available if steps is None else [int(s) for s in steps]
     missing = sorted(set(wanted) - set(available))
     if missing:
-      raise FileNotFoundError(f"no checkpoint for steps {missing} of run '{run}' in {workdir}; saved: {available}")
+      raise FileNotFoundError(
+        f"no checkpoint for steps {missing} of run '{run}' in {workdir}; saved: {available}"
+      )
     return {s: _host_if_multiprocess(ck.restore(abstract, s)["params"]) for s in wanted}

@@ -2,8 +2,8 @@
 
 A line is ``{"run": name, "step": s, "<metric>": [one value per seed], ...}``. Several runs of one
 experiment (one per condition) share one file, told apart by ``"run"``. When a run resumes from the
-checkpoint at step ``s``, its lines after ``s`` (written before the process died) are dropped, so the
-file always describes exactly the state that training continues from.
+checkpoint at step ``s``, its lines after ``s`` (written before the process died) are dropped, so
+the file always describes exactly the state that training continues from.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def to_jsonable(value: Any) -> Any:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-  """Writes ``obj`` as indented JSON via a temporary file and a rename, so a reader never sees half a file."""
+  """Writes ``obj`` as indented JSON via a temporary file and a rename, so a reader never sees half
+  a file."""
   if not is_writer():
     return
   tmp = f"{os.fspath(path)}.tmp"
@@ -73,10 +74,13 @@ class MetricsWriter:
 
   def history(self) -> list[dict]:
     """This run's lines, in step order."""
-    return sorted((r for r in read_jsonl(self.path) if r.get("run") == self.run), key=lambda r: r["step"])
+    return sorted(
+      (r for r in read_jsonl(self.path) if r.get("run") == self.run), key=lambda r: r["step"]
+    )
 
   def truncate_after(self, step: int) -> None:
-    """Drops this run's lines with ``step > step`` (and any torn line); other runs' lines are kept."""
+    """Drops this run's lines with ``step > step`` (and any torn line); other runs' lines are
+    kept."""
     if not is_writer() or not os.path.exists(self.path):
       return
     rows = read_jsonl(self.path)

@@ -16,11 +16,13 @@ def format_duration(seconds: float) -> str:
 class Progress:
   """Prints ``[run] step s/T (p%) | r steps/s | ETA h:mm:ss | extra`` after each chunk.
 
-  The rate counts only the steps run by this process (a resumed run does not claim the restored steps),
-  measured from the end of the first chunk so that compilation does not distort the ETA.
+  The rate counts only the steps run by this process (a resumed run does not claim the restored
+  steps), measured from the end of the first chunk so that compilation does not distort the ETA.
   """
 
-  def __init__(self, run: str, total_steps: int, start_step: int, stream=None, enabled: bool = True):
+  def __init__(
+    self, run: str, total_steps: int, start_step: int, stream=None, enabled: bool = True
+  ):
     self.run = run
     self.total = total_steps
     self.enabled = enabled

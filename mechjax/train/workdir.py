@@ -1,13 +1,14 @@
-"""The run folder: ``config.json``, ``metrics.jsonl``, ``summary.json``, ``figures/``, ``checkpoints/``.
+"""The run folder: ``config.json``, ``metrics.jsonl``, ``summary.json``, ``figures/``,
+``checkpoints/``.
 
 Rules, so that nothing is silently lost or overwritten:
 
 * a new folder gets ``config.json`` (every setting, by flag name);
-* a folder with ``config.json`` and no ``summary.json`` is an unfinished run: it resumes, and its settings
-  must match, or the run stops with the names of the settings that differ;
+* a folder with ``config.json`` and no ``summary.json`` is an unfinished run: it resumes, and its
+  settings must match, or the run stops with the names of the settings that differ;
 * a folder with ``summary.json`` is a finished run: nothing is retrained or rewritten;
-* ``--overwrite`` deletes a folder that holds a mechjax run (it has ``config.json``) and starts afresh;
-  a non-empty folder that is not a mechjax run is never deleted.
+* ``--overwrite`` deletes a folder that holds a mechjax run (it has ``config.json``) and starts
+  afresh; a non-empty folder that is not a mechjax run is never deleted.
 """
 
 from __future__ import annotations
@@ -35,16 +36,20 @@ class Status(enum.Enum):
 
 
 def paths(workdir: str) -> dict[str, str]:
-  return {name: os.path.join(workdir, name) for name in
-          ("config.json", "metrics.jsonl", "summary.json", "figures", "checkpoints")}
+  return {
+    name: os.path.join(workdir, name)
+    for name in ("config.json", "metrics.jsonl", "summary.json", "figures", "checkpoints")
+  }
 
 
 def prepare(workdir: str, config: Any, overwrite: bool = False) -> Status:
-  """Creates, validates or clears ``workdir`` for a run with ``config``; returns what the run should do.
+  """Creates, validates or clears ``workdir`` for a run with ``config``; returns what the run should
+  do.
 
-  ``config`` is a study's config (a :class:`mechjax.config.Settings`, written as its flat settings, flag
-  names as keys) or a plain dict of flag values. A saved value is compared after conversion to the
-  setting's type, so a ``config.json`` that wrote ``["0", "1"]`` for ``(0.0, 1.0)`` still matches.
+  ``config`` is a study's config (a :class:`mechjax.config.Settings`, written as its flat settings,
+  flag names as keys) or a plain dict of flag values. A saved value is compared after conversion to
+  the setting's type, so a ``config.json`` that wrote ``["0", "1"]`` for ``(0.0, 1.0)`` still
+  matches.
   """
   settings = config if isinstance(config, config_lib.Settings) else None
   fresh = metrics_lib.to_jsonable(settings.to_flat() if settings is not None else config)
@@ -53,8 +58,10 @@ def prepare(workdir: str, config: Any, overwrite: bool = False) -> Status:
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise WorkdirError(f"--workdir={workdir} exists and is not a folder")
   if os.path.isdir(workdir) and os.listdir(workdir) and not is_run:
-    raise WorkdirError(f"--workdir={workdir} is a non-empty folder that holds no mechjax run (no config.json); "
-                       "choose another --workdir")
+    raise WorkdirError(
+      f"--workdir={workdir} is a non-empty folder that holds no mechjax run (no config.json); "
+      "choose another --workdir"
+    )
   if overwrite and is_run:
     if metrics_lib.is_writer():
       shutil.rmtree(workdir)
@@ -63,19 +70,31 @@ def prepare(workdir: str, config: Any, overwrite: bool = False) -> Status:
     with open(p["config.json"]) as f:
       saved = json.load(f)
     if settings is not None:
-      saved = {k: metrics_lib.to_jsonable(config_lib.normalise_flat(type(settings), k, v)) for k, v in saved.items()}
+      saved = {
+        k: metrics_lib.to_jsonable(config_lib.normalise_flat(type(settings), k, v))
+        for k, v in saved.items()
+      }
       flags = {spec.key for spec in config_lib.flat_specs(type(settings)) if spec.flag}
     else:
       flags = set(fresh) | set(saved)
-    diff = sorted(k for k in set(saved) | set(fresh) if k not in IGNORED_KEYS and saved.get(k) != fresh.get(k))
+    diff = sorted(
+      k for k in set(saved) | set(fresh) if k not in IGNORED_KEYS and saved.get(k) != fresh.get(k)
+    )
     if diff:
-      shown = ", ".join(f"{'--' if k in flags else ''}{k}={saved.get(k, '(unset)')!r} (now {fresh.get(k, '(unset)')!r})"
-                        for k in diff)
-      raise WorkdirError(f"--workdir={workdir} holds a run with other settings: {shown}; "
-                         "pass --overwrite (overwrite=True from Python) to start afresh, or choose another --workdir")
+      shown = ", ".join(
+        f"{'--' if k in flags else ''}{k}={saved.get(k, '(unset)')!r} (now "
+        f"{fresh.get(k, '(unset)')!r})"
+        for k in diff
+      )
+      raise WorkdirError(
+        f"--workdir={workdir} holds a run with other settings: {shown}; "
+        "pass --overwrite (overwrite=True from Python) to start afresh, or choose another --workdir"
+      )
     return Status.COMPLETE if os.path.exists(p["summary.json"]) else Status.RESUME
   if metrics_lib.is_writer():
     os.makedirs(workdir, exist_ok=True)
-    metrics_lib.write_json(p["config.json"], fresh)  # first, so the folder is always recognisably a run
+    metrics_lib.write_json(
+      p["config.json"], fresh
+    )  # first, so the folder is always recognisably a run
     os.makedirs(p["figures"], exist_ok=True)
   return Status.NEW

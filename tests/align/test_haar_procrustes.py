@@ -7,10 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from scipy import integrate, stats
+from scipy import integrate
+from scipy import stats
 
 from mechjax.align import haar as H
-from mechjax.align.procrustes import generalized_procrustes, orthogonal_procrustes, procrustes_fit
+from mechjax.align.procrustes import generalized_procrustes
+from mechjax.align.procrustes import orthogonal_procrustes
+from mechjax.align.procrustes import procrustes_fit
 
 RNG = np.random.default_rng(0)
 
@@ -62,7 +65,9 @@ def test_rank_deficiency_is_reported():
   with pytest.warns(RuntimeWarning, match="rank 5 < d = 8"):
     orthogonal_procrustes(a, b)
   assert int(procrustes_fit(a, b).rank) == 5
-  with pytest.warns(RuntimeWarning, match="rank 5 < d = 8"):  # float64 numpy input, float32 JAX arithmetic
+  with pytest.warns(
+    RuntimeWarning, match="rank 5 < d = 8"
+  ):  # float64 numpy input, float32 JAX arithmetic
     orthogonal_procrustes(a.astype(np.float64), b.astype(np.float64))
   with warnings.catch_warnings():
     warnings.simplefilter("error")
@@ -84,12 +89,14 @@ def test_generalized_procrustes_recovers_a_common_frame():
   rng = np.random.default_rng(1)
   base = rng.normal(size=(200, 6)).astype(np.float32)
   rots = [np.asarray(H.haar_orthogonal(jax.random.PRNGKey(k), 6)) for k in range(3)]
-  acts = jnp.stack([base @ q.T + 0.01 * rng.normal(size=base.shape).astype(np.float32) for q in rots])
+  acts = jnp.stack(
+    [base @ q.T + 0.01 * rng.normal(size=base.shape).astype(np.float32) for q in rots]
+  )
   rs, consensus = generalized_procrustes(acts)
   aligned = acts @ rs
   for k in range(1, 3):
-    # Two copies with independent noise of sd 0.01 differ by sd 0.014 per entry once aligned: the RMS is near
-    # that, and no entry of the 1200 is off by 7 sd.
+    # Two copies with independent noise of sd 0.01 differ by sd 0.014 per entry once aligned: the
+    # RMS is near that, and no entry of the 1200 is off by 7 sd.
     diff = np.asarray(aligned[k] - aligned[0])
     assert np.sqrt(np.mean(diff**2)) < 0.02 and np.abs(diff).max() < 0.1
   # Each R_k undoes its rotation up to one common rotation: Q_k^T R_k is the same for all k.
@@ -101,14 +108,19 @@ def test_generalized_procrustes_recovers_a_common_frame():
 @pytest.mark.parametrize("d", [6, 7, 10])
 def test_weyl_density_matches_monte_carlo(d):
   assert abs(integrate.quad(lambda t: H.eigenangle_density(t, d), 0, np.pi)[0] - 1) < 1e-6
-  qs = np.asarray(H.haar_orthogonal(jax.random.PRNGKey(d), d, special=True, shape=(3000,)), np.float64)
+  qs = np.asarray(
+    H.haar_orthogonal(jax.random.PRNGKey(d), d, special=True, shape=(3000,)), np.float64
+  )
   angles = np.concatenate([H.eigenangles(q) for q in qs])
   assert len(angles) == 3000 * (d // 2)
-  cdf = lambda x: np.array([integrate.quad(lambda t: H.eigenangle_density(t, d), 0, v)[0] for v in np.atleast_1d(x)])
+  cdf = lambda x: np.array(
+    [integrate.quad(lambda t: H.eigenangle_density(t, d), 0, v)[0] for v in np.atleast_1d(x)]
+  )
   edges = np.linspace(0, np.pi, 9)
   expected = np.diff(cdf(edges)) * len(angles)
   counts = np.histogram(angles, edges)[0]
-  # Angles within a matrix are dependent (they repel), so use a generous 5-sigma binomial band per bin.
+  # Angles within a matrix are dependent (they repel), so use a generous 5-sigma binomial band per
+  # bin.
   assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected) + 10), (counts, expected)
 
 
@@ -140,7 +152,10 @@ def test_signed_permutation_passes_the_old_tests_and_fails_the_new_ones(d):
 @pytest.mark.slow
 def test_a_reflection_is_tested_against_reflections(precision):
   r = np.array(H.haar_orthogonal(jax.random.PRNGKey(3), 5, special=True), np.float64)
-  r[:, 0] *= -1  # det -1: the null must be drawn from the same coset (it was changed in place, read-only in x64)
+  r[
+    :, 0
+    # det -1: the null must be drawn from the same coset (it was changed in place, read-only in x64)
+  ] *= -1
   res = H.haar_test(jnp.asarray(r), jax.random.PRNGKey(4), num_null=19)
   assert np.linalg.det(r) < 0 and all(0 < v["p_value"] <= 1 for v in res.values())
   assert res["frobenius_to_identity"]["null_mean"] > 0
@@ -175,7 +190,10 @@ def test_privileged_basis_test_is_calibrated_on_randomly_rotated_activations():
   # x = y Q with Q Haar: nothing singles out the axes, whatever y is, so p must be uniform.
   y = _outlier_activations(d=8)
   qs = np.asarray(H.haar_orthogonal(jax.random.PRNGKey(5), 8, shape=(120,)))
-  ps = [H.privileged_basis_test(y @ q, jax.random.PRNGKey(i), num_null=49)["p_value"] for i, q in enumerate(qs)]
+  ps = [
+    H.privileged_basis_test(y @ q, jax.random.PRNGKey(i), num_null=49)["p_value"]
+    for i, q in enumerate(qs)
+  ]
   assert stats.kstest(ps, "uniform").pvalue > 0.001, np.mean(ps)
   assert np.mean(np.array(ps) <= 0.05) < 0.12
 
@@ -183,7 +201,10 @@ def test_privileged_basis_test_is_calibrated_on_randomly_rotated_activations():
 def test_privileged_basis_test_detects_basis_aligned_outliers():
   y = _outlier_activations()
   res = H.privileged_basis_test(y, jax.random.PRNGKey(0), num_null=99)
-  assert res["p_value"] == pytest.approx(1 / 100) and res["value"] > res["null_mean"] + 5 * res["null_sd"]
+  assert (
+    res["p_value"] == pytest.approx(1 / 100)
+    and res["value"] > res["null_mean"] + 5 * res["null_sd"]
+  )
   with pytest.raises(ValueError, match="shape"):
     H.privileged_basis_test(y[:, :3], jax.random.PRNGKey(0))
 
@@ -191,10 +212,14 @@ def test_privileged_basis_test_detects_basis_aligned_outliers():
 @pytest.mark.slow
 def test_fast_statistics_equal_scipy_and_batched_eigenangles_equal_single():
   x = np.random.default_rng(0).normal(size=57)
-  assert H._ks_statistic(x, stats.norm.cdf) == pytest.approx(stats.kstest(x, "norm").statistic, abs=1e-12)
+  assert H._ks_statistic(x, stats.norm.cdf) == pytest.approx(
+    stats.kstest(x, "norm").statistic, abs=1e-12
+  )
   assert H._excess_kurtosis(x) == pytest.approx(stats.kurtosis(x), abs=1e-12)
   for d, special in ((5, True), (6, False), (7, False)):
     qs = np.array(H.haar_orthogonal(jax.random.PRNGKey(d), d, special=True, shape=(4,)), np.float64)
     if not special:
       qs[:, :, 0] *= -1
-    np.testing.assert_allclose(H.eigenangles(qs), np.stack([H.eigenangles(q) for q in qs]), atol=1e-12)
+    np.testing.assert_allclose(
+      H.eigenangles(qs), np.stack([H.eigenangles(q) for q in qs]), atol=1e-12
+    )

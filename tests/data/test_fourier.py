@@ -43,12 +43,15 @@ def _class_power(x, y, cls, ndim):
   return np.abs(np.asarray(F.fft(x[y == cls], ndim))) ** 2
 
 
-@pytest.mark.parametrize("signal,shape,alpha", [
+@pytest.mark.parametrize(
+  "signal,shape,alpha",
+  [
     ("spiked_cumulant", (32,), 2.0),
     ("spiked_cumulant", (8, 8), 1.0),
     ("linear_process", (32,), 2.0),
     ("linear_process", (32,), 0.0),
-])
+  ],
+)
 @pytest.mark.slow
 def test_phase_task_classes_share_the_power_spectrum(signal, shape, alpha):
   n = 16384
@@ -62,16 +65,24 @@ def test_phase_task_classes_share_the_power_spectrum(signal, shape, alpha):
     p = _class_power(x, y, cls, len(shape))
     mean, se = p.mean(0), p.std(0) / np.sqrt(len(p))
     # Within 5 standard errors per frequency (DC is exactly 0).
-    assert np.all(np.abs(mean - expected) <= 5 * se + 1e-6), (cls, np.max(np.abs(mean - expected) / (se + 1e-12)))
+    assert np.all(np.abs(mean - expected) <= 5 * se + 1e-6), (
+      cls,
+      np.max(np.abs(mean - expected) / (se + 1e-12)),
+    )
 
 
 def test_amplitude_task_classes_differ_in_power_spectrum():
-  """The same spectrum check must fail for the contrast task, whose classes differ only in amplitude."""
+  """The same spectrum check must fail for the contrast task, whose classes differ only in
+  amplitude."""
   x, y = F.sample_amplitude_task(KEY, 8192, shape=(32,), alpha0=0.0, alpha1=1.0)
   x, y = np.asarray(x), np.asarray(y)
   p0, p1 = _class_power(x, y, 0, 1).mean(0), _class_power(x, y, 1, 1).mean(0)
-  np.testing.assert_allclose(p0, np.asarray(F.power_law_amplitudes((32,), 0.0)) ** 2, rtol=0.1, atol=1e-6)
-  np.testing.assert_allclose(p1, np.asarray(F.power_law_amplitudes((32,), 1.0)) ** 2, rtol=0.1, atol=1e-6)
+  np.testing.assert_allclose(
+    p0, np.asarray(F.power_law_amplitudes((32,), 0.0)) ** 2, rtol=0.1, atol=1e-6
+  )
+  np.testing.assert_allclose(
+    p1, np.asarray(F.power_law_amplitudes((32,), 1.0)) ** 2, rtol=0.1, atol=1e-6
+  )
   assert p1[1] > 2 * p0[1]
 
 
@@ -82,7 +93,9 @@ def test_spiked_cumulant_excess_kurtosis_along_spike(alpha, spike):
   x, y = F.sample_phase_task(KEY, n, shape=shape, alpha=alpha, strength=beta, u=u)
   a = F.power_law_amplitudes(shape, alpha)
   a = a[None]  # the sample axis in front
-  s = F.ifft_real(jnp.where(a > 0, F.fft(x) / jnp.where(a > 0, a, 1.0), 0.0))  # whitened: C^{-1/2} x
+  s = F.ifft_real(
+    jnp.where(a > 0, F.fft(x) / jnp.where(a > 0, a, 1.0), 0.0)
+  )  # whitened: C^{-1/2} x
   proj = np.asarray(s @ (u / jnp.linalg.norm(u)))
   y = np.asarray(y)
   tol = 6 * np.sqrt(24 / (n / 2))  # 6 standard errors of the sample excess kurtosis.
@@ -92,9 +105,12 @@ def test_spiked_cumulant_excess_kurtosis_along_spike(alpha, spike):
 
 
 def test_linear_process_is_non_gaussian_and_noise_class_is_not():
-  x, y = F.sample_phase_task(KEY, 20000, shape=(16,), alpha=0.0, signal="linear_process", noise="laplace")
+  x, y = F.sample_phase_task(
+    KEY, 20000, shape=(16,), alpha=0.0, signal="linear_process", noise="laplace"
+  )
   x, y = np.asarray(x), np.asarray(y)
-  # At alpha=0, x = sqrt(D/(D-1)) (xi - mean xi): pixels of class 1 keep most of Laplace's kurtosis 3.
+  # At alpha=0, x = sqrt(D/(D-1)) (xi - mean xi): pixels of class 1 keep most of Laplace's kurtosis
+  # 3.
   assert stats.kurtosis(x[y == 1].ravel()) > 2.0
   assert abs(stats.kurtosis(x[y == 0].ravel())) < 0.1
 
@@ -129,9 +145,14 @@ def test_whiten_amplitudes_keeps_phases(shape):
   nz.reshape(64, -1)[:, 0] = False
   np.testing.assert_allclose(np.angle(wh[nz] / xh[nz]), 0.0, atol=1e-3)  # same phases
   mag = np.abs(wh).reshape(64, -1)[:, 1:]
-  np.testing.assert_allclose(mag, np.broadcast_to(mag.mean(1, keepdims=True), mag.shape), rtol=1e-3)  # flat
-  np.testing.assert_allclose(np.sum(np.asarray(xw) ** 2, axis=tuple(range(1, ndim + 1))),
-                             np.sum(np.asarray(x) ** 2, axis=tuple(range(1, ndim + 1))), rtol=1e-4)  # same power
+  np.testing.assert_allclose(
+    mag, np.broadcast_to(mag.mean(1, keepdims=True), mag.shape), rtol=1e-3
+  )  # flat
+  np.testing.assert_allclose(
+    np.sum(np.asarray(xw) ** 2, axis=tuple(range(1, ndim + 1))),
+    np.sum(np.asarray(x) ** 2, axis=tuple(range(1, ndim + 1))),
+    rtol=1e-4,
+  )  # same power
 
 
 def test_whiten_to_given_amplitudes():
@@ -142,7 +163,9 @@ def test_whiten_to_given_amplitudes():
 
 
 def test_jit_and_vmap_over_alpha():
-  sample = jax.jit(lambda k, a: F.sample_phase_task(k, 32, shape=(16,), alpha=a, signal="spiked_cumulant")[0])
+  sample = jax.jit(
+    lambda k, a: F.sample_phase_task(k, 32, shape=(16,), alpha=a, signal="spiked_cumulant")[0]
+  )
   xs = jax.vmap(sample, in_axes=(None, 0))(KEY, jnp.array([0.0, 1.0, 2.0]))
   assert xs.shape == (3, 32, 16)
   np.testing.assert_allclose(xs[2], sample(KEY, 2.0), atol=1e-5)
@@ -150,7 +173,8 @@ def test_jit_and_vmap_over_alpha():
 
 @pytest.mark.slow
 def test_fft_path_matches_dense_path_and_traced_alpha_matches_concrete():
-  """colour() uses a dense circulant for concrete amplitudes and FFTs for traced ones: same map, same spectrum."""
+  """colour() uses a dense circulant for concrete amplitudes and FFTs for traced ones: same map,
+  same spectrum."""
   shape = (8, 12)
   a_np = F.power_law_amplitudes(shape, 2.0)
   a_traced = jax.jit(lambda alpha: F.power_law_amplitudes(shape, alpha))(2.0)
@@ -170,7 +194,8 @@ def test_large_inputs_take_the_fft_path_with_the_right_spectrum(alpha):
   np.testing.assert_allclose(np.mean(np.asarray(x) ** 2), 1.0, atol=0.02)
   power = np.abs(np.asarray(F.fft(x, 2))) ** 2
   expected = np.asarray(F.power_law_amplitudes(shape, alpha)) ** 2
-  # Averaged over samples, each frequency's power is exponential with mean A^2: check a pooled ratio per |k| shell.
+  # Averaged over samples, each frequency's power is exponential with mean A^2: check a pooled ratio
+  # per |k| shell.
   k = F.frequency_norm(shape)
   for lo, hi in [(0.5, 2.5), (2.5, 6.5), (6.5, 20.0)]:
     shell = (k > lo) & (k <= hi)
@@ -186,7 +211,9 @@ def test_traced_alpha_keeps_unit_variance():
 def test_explicit_spike_is_projected_off_dc_and_zero_spike_is_refused():
   shape, beta = (32,), 5.0
   iso = F.make_spike(jax.random.PRNGKey(4), shape, 0.0, "isotropic")
-  x, y = F.sample_phase_task(KEY, 40000, shape=shape, alpha=0.0, strength=beta, u=iso + 3.0)  # a DC offset
+  x, y = F.sample_phase_task(
+    KEY, 40000, shape=shape, alpha=0.0, strength=beta, u=iso + 3.0
+  )  # a DC offset
   proj = np.asarray(x @ (iso / jnp.linalg.norm(iso)))[np.asarray(y) == 1]
   assert abs(stats.kurtosis(proj) - (-2 * beta**2 / (1 + beta) ** 2)) < 0.2
   for bad in (jnp.zeros(32), jnp.ones(32)):

@@ -1,9 +1,9 @@
-"""Sweeps: building, hashing, the local backend (kill and re-run, failures), aggregation, and the commands
-the TPU VM and SLURM backends generate."""
+"""Sweeps: building, hashing, the local backend (kill and re-run, failures), aggregation, and the
+commands the TPU VM and SLURM backends generate."""
 
+import importlib
 import json
 import os
-import importlib
 import re
 import shlex
 import signal
@@ -14,20 +14,24 @@ import time
 
 import pytest
 
-from tests.helpers import ROOT, run_module
 from launch import lib
-from mechjax import config
 from launch import slurm
 from launch import tpu_vm
+from mechjax import config
+from tests.helpers import ROOT
+from tests.helpers import run_module
 
-# A stand-in experiment with the same contract as the real ones (resume a workdir, skip a finished one,
-# write summary.json), cheap enough to run many times: it "trains" for --steps steps of --step_seconds,
-# keeping a checkpoint file, and records every start in runs.txt.
-FAKE = textwrap.dedent('''
+# A stand-in experiment with the same contract as the real ones (resume a workdir, skip a finished
+# one, write summary.json), cheap enough to run many times: it "trains" for --steps steps of
+# --step_seconds, keeping a checkpoint file, and records every start in runs.txt.
+FAKE = textwrap.dedent("""
     import argparse, json, os, sys, time
     p = argparse.ArgumentParser()
-    p.add_argument("--workdir"); p.add_argument("--x", type=float); p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--step_seconds", type=float, default=0.0); p.add_argument("--fail", default="no")
+    p.add_argument("--workdir")
+    p.add_argument("--x", type=float)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--step_seconds", type=float, default=0.0)
+    p.add_argument("--fail", default="no")
     a = p.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     if os.path.exists(os.path.join(a.workdir, "summary.json")):
@@ -42,8 +46,9 @@ FAKE = textwrap.dedent('''
     for step in range(start, a.steps):
       time.sleep(a.step_seconds)
       open(ck, "w").write(str(step + 1))
-    json.dump({"y": a.x ** 2, "nested": {"steps": a.steps}}, open(os.path.join(a.workdir, "summary.json"), "w"))
-''')
+    summary = {"y": a.x ** 2, "nested": {"steps": a.steps}}
+    json.dump(summary, open(os.path.join(a.workdir, "summary.json"), "w"))
+""")
 
 
 @pytest.fixture
@@ -57,7 +62,9 @@ def fake(tmp_path, monkeypatch):
 
 
 def _sweep_file(path, experiment, members, figure=None):
-  path.write_text(f"EXPERIMENT = {experiment!r}\nFIGURE = {figure!r}\n\ndef get_sweep():\n  return {members!r}\n")
+  path.write_text(
+    f"EXPERIMENT = {experiment!r}\nFIGURE = {figure!r}\n\ndef get_sweep():\n  return {members!r}\n"
+  )
   return str(path)
 
 
@@ -75,15 +82,30 @@ def test_product_zipped_and_stable_ids():
   assert lib.flag_arg("c", False) == "--noc"
 
 
-@pytest.mark.parametrize("body, message", [
+@pytest.mark.parametrize(
+  "body, message",
+  [
     ("def get_sweep():\n  return [{}]\n", "EXPERIMENT must be"),
-    ("EXPERIMENT = 'experiments.no_such_thing'\ndef get_sweep():\n  return [{}]\n", "not an importable module"),
+    (
+      "EXPERIMENT = 'experiments.no_such_thing'\ndef get_sweep():\n  return [{}]\n",
+      "not an importable module",
+    ),
     ("EXPERIMENT = 'experiments.fourier_phase'\n", "define get_sweep"),
     ("EXPERIMENT = 'experiments.fourier_phase'\ndef get_sweep():\n  return []\n", "non-empty list"),
-    ("EXPERIMENT = 'experiments.fourier_phase'\ndef get_sweep():\n  return [{'workdir': 'x'}]\n", "launcher owns"),
-    ("EXPERIMENT = 'experiments.fourier_phase'\ndef get_sweep():\n  return [{'a': 1}, {'a': 1}]\n", "appears twice"),
-    ("EXPERIMENT = 'experiments.fourier_phase'\ndef get_sweep():\n  return [{'a': None}]\n", "member 0, flag 'a'"),
-])
+    (
+      "EXPERIMENT = 'experiments.fourier_phase'\ndef get_sweep():\n  return [{'workdir': 'x'}]\n",
+      "launcher owns",
+    ),
+    (
+      "EXPERIMENT = 'experiments.fourier_phase'\ndef get_sweep():\n  return [{'a': 1}, {'a': 1}]\n",
+      "appears twice",
+    ),
+    (
+      "EXPERIMENT = 'experiments.fourier_phase'\ndef get_sweep():\n  return [{'a': None}]\n",
+      "member 0, flag 'a'",
+    ),
+  ],
+)
 def test_malformed_sweep_files_are_refused(tmp_path, body, message):
   path = tmp_path / "s.py"
   path.write_text(body)
@@ -103,8 +125,9 @@ def test_shipped_sweep_files_load():
 
 
 def _defined_flags(module: str) -> set[str]:
-  """The flags a module defines, read without importing it (importing every experiment into one process would
-  define their flags twice): an experiment's come from its study's Config, a script's from its DEFINE_ calls."""
+  """The flags a module defines, read without importing it (importing every experiment into one
+  process would define their flags twice): an experiment's come from its study's Config, a script's
+  from its DEFINE_ calls."""
   source = open(os.path.join(ROOT, *module.split(".")) + ".py").read()
   studies = re.findall(r"from mechjax\.studies import (\w+)", source)
   if module.startswith("experiments."):
@@ -115,9 +138,15 @@ def _defined_flags(module: str) -> set[str]:
 
 
 def _launch(sweep, root, *extra, **kwargs):
-  return subprocess.Popen([sys.executable, "-m", "launch.sweep", f"--sweep={sweep}", f"--root={root}", *extra],
-                          cwd=ROOT, env={**os.environ}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          **kwargs)
+  return subprocess.Popen(
+    [sys.executable, "-m", "launch.sweep", f"--sweep={sweep}", f"--root={root}", *extra],
+    cwd=ROOT,
+    env={**os.environ},
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    **kwargs,
+  )
 
 
 @pytest.mark.slow
@@ -127,7 +156,8 @@ def test_local_sweep_killed_midway_resumes_without_redoing_finished_members(tmp_
   root = tmp_path / "root"
   ids = [lib.Member(fake, m).id for m in members]
   proc = _launch(sweep, root, "--parallel=1")
-  # Wait until the first member is done and the second has a checkpoint, then kill the launcher (-9).
+  # Wait until the first member is done and the second has a checkpoint, then kill the launcher
+  # (-9).
   deadline = time.time() + 120
   while time.time() < deadline:
     if (root / ids[0] / "summary.json").exists() and (root / ids[1] / "checkpoint").exists():
@@ -165,18 +195,34 @@ def test_a_failing_member_is_reported_and_the_others_complete(tmp_path, fake):
   r = run_module("launch.sweep", f"--sweep={sweep}", f"--root={root}", "--parallel=2", timeout=120)
   assert r.returncode == 1, r.stdout + r.stderr
   bad = lib.Member(fake, members[1]).id
-  assert f"{bad}: failed (exit status 3)" in r.stdout and "something went wrong in this member" in r.stdout
+  assert (
+    f"{bad}: failed (exit status 3)" in r.stdout
+    and "something went wrong in this member" in r.stdout
+  )
   assert f"1 member(s) failed: {bad}" in r.stderr
   rows = {row["id"]: row for row in json.loads((root / "results.json").read_text())}
-  assert rows[bad]["state"] == "failed" and sum(row["state"] == "done" for row in rows.values()) == 3
+  assert (
+    rows[bad]["state"] == "failed" and sum(row["state"] == "done" for row in rows.values()) == 3
+  )
 
 
 @pytest.mark.slow
 def test_a_real_experiment_in_a_sweep(tmp_path):
-  """One real member (aggregated from its summary.json) and one with a bad flag (failed, others unaffected)."""
-  small = {"tasks": "amplitude", "width": 8, "eval_samples": 64, "num_seeds": 1, "batch_size": 16, "steps": 40,
-           "log_every": 20, "checkpoint_every": 40}
-  sweep = _sweep_file(tmp_path / "sweep.py", "experiments.fourier_phase", [small, {**small, "steps": 0}])
+  """One real member (aggregated from its summary.json) and one with a bad flag (failed, others
+  unaffected)."""
+  small = {
+    "tasks": "amplitude",
+    "width": 8,
+    "eval_samples": 64,
+    "num_seeds": 1,
+    "batch_size": 16,
+    "steps": 40,
+    "log_every": 20,
+    "checkpoint_every": 40,
+  }
+  sweep = _sweep_file(
+    tmp_path / "sweep.py", "experiments.fourier_phase", [small, {**small, "steps": 0}]
+  )
   root = tmp_path / "root"
   r = run_module("launch.sweep", f"--sweep={sweep}", f"--root={root}", timeout=300)
   assert r.returncode == 1
@@ -189,10 +235,14 @@ def test_a_real_experiment_in_a_sweep(tmp_path):
 @pytest.mark.slow
 def test_a_check_that_only_prints_gets_its_verdict_recorded(tmp_path, fake):
   (tmp_path / "fakepkg" / "fake_check.py").write_text(
-      "import sys\nseed = int(sys.argv[1].split('=')[1])\nprint('check 1 ...')\nprint('PASS' if seed else 'FAIL')\n"
-      "sys.exit(0 if seed else 1)\n")
+    "import sys\nseed = int(sys.argv[1].split('=')[1])\nprint('check 1 ...')\nprint('PASS' if seed "
+    "else 'FAIL')\nsys.exit(0 if seed else 1)\n"
+  )
   sweep = tmp_path / "sweep.py"
-  sweep.write_text("EXPERIMENT = 'fake_check'\nOUTPUT_FLAG = None\n\ndef get_sweep():\n  return [{'seed': 0}, {'seed': 1}]\n")
+  sweep.write_text(
+    "EXPERIMENT = 'fake_check'\nOUTPUT_FLAG = None\n\ndef get_sweep():\n  return [{'seed': 0}, "
+    "{'seed': 1}]\n"
+  )
   root = tmp_path / "root"
   r = run_module("launch.sweep", f"--sweep={sweep}", f"--root={root}", timeout=120)
   assert r.returncode == 1  # the FAIL member
@@ -205,9 +255,20 @@ def test_a_check_that_only_prints_gets_its_verdict_recorded(tmp_path, fake):
 
 @pytest.mark.slow
 def test_tpu_vm_dry_run_prints_setup_and_one_command_per_member(tmp_path):
-  sweep = _sweep_file(tmp_path / "sweep.py", "experiments.fourier_phase", [{"seed": 0}, {"seed": 1, "alpha": [0, 2]}])
-  r = run_module("launch.sweep", f"--sweep={sweep}", "--root=/data/sw", "--backend=tpu_vm", "--tpu_name=pod-16",
-                 "--zone=us-west4-a", "--project=proj", "--repo=https://example.org/mechjax.git", "--dry_run")
+  sweep = _sweep_file(
+    tmp_path / "sweep.py", "experiments.fourier_phase", [{"seed": 0}, {"seed": 1, "alpha": [0, 2]}]
+  )
+  r = run_module(
+    "launch.sweep",
+    f"--sweep={sweep}",
+    "--root=/data/sw",
+    "--backend=tpu_vm",
+    "--tpu_name=pod-16",
+    "--zone=us-west4-a",
+    "--project=proj",
+    "--repo=https://example.org/mechjax.git",
+    "--dry_run",
+  )
   assert r.returncode == 0, r.stderr
   lines = [shlex.split(line) for line in r.stdout.splitlines() if line.startswith("gcloud ")]
   assert len(lines) == 3
@@ -216,12 +277,19 @@ def test_tpu_vm_dry_run_prints_setup_and_one_command_per_member(tmp_path):
     assert "--zone=us-west4-a" in cmd and "--project=proj" in cmd and "--worker=all" in cmd
   setup = lines[0][-1].removeprefix("--command=")
   assert "git clone https://example.org/mechjax.git mechjax" in setup
-  assert f"pip install 'jax[tpu]=={tpu_vm.jax_version()}'" in setup and "pip install -r requirements.txt" in setup
+  assert (
+    f"pip install 'jax[tpu]=={tpu_vm.jax_version()}'" in setup
+    and "pip install -r requirements.txt" in setup
+  )
   m = lib.Member("experiments.fourier_phase", {"seed": 1, "alpha": [0, 2]})
   run = lines[2][-1].removeprefix("--command=")
-  assert run == (f"cd mechjax && MECHJAX_DISTRIBUTED=1 python3 -m experiments.fourier_phase --alpha=0,2 --seed=1 "
-                 f"--workdir=/data/sw/{m.id}")
-  missing = run_module("launch.sweep", f"--sweep={sweep}", "--root=/data/sw", "--backend=tpu_vm", "--dry_run")
+  assert run == (
+    "cd mechjax && MECHJAX_DISTRIBUTED=1 python3 -m experiments.fourier_phase --alpha=0,2 --seed=1 "
+    f"--workdir=/data/sw/{m.id}"
+  )
+  missing = run_module(
+    "launch.sweep", f"--sweep={sweep}", "--root=/data/sw", "--backend=tpu_vm", "--dry_run"
+  )
   assert missing.returncode == 2 and "needs --tpu_name, --zone, --repo" in missing.stderr
 
 
@@ -229,10 +297,21 @@ def test_tpu_vm_dry_run_prints_setup_and_one_command_per_member(tmp_path):
 def test_slurm_dry_run_and_a_debug_array(tmp_path, fake):
   sweep = _sweep_file(tmp_path / "sweep.py", fake, [{"x": 1.0}, {"x": 2.0}])
   root = tmp_path / "root"
-  r = run_module("launch.sweep", f"--sweep={sweep}", f"--root={root}", "--backend=slurm", "--partition=gpu",
-                 "--gpus_per_node=2", "--dry_run")
+  r = run_module(
+    "launch.sweep",
+    f"--sweep={sweep}",
+    f"--root={root}",
+    "--backend=slurm",
+    "--partition=gpu",
+    "--gpus_per_node=2",
+    "--dry_run",
+  )
   assert r.returncode == 0, r.stderr
-  assert "slurm_partition='gpu'" in r.stdout and "gpus_per_node=2" in r.stdout and "job array of 2 task(s)" in r.stdout
+  assert (
+    "slurm_partition='gpu'" in r.stdout
+    and "gpus_per_node=2" in r.stdout
+    and "job array of 2 task(s)" in r.stdout
+  )
   for x in ("1.0", "2.0"):
     m = lib.Member(fake, {"x": float(x)})
     assert f"python3 -m {fake} --x={x} --workdir={root / m.id}" in r.stdout
@@ -240,4 +319,7 @@ def test_slurm_dry_run_and_a_debug_array(tmp_path, fake):
   members = [lib.Member(fake, {"x": 1.0}), lib.Member(fake, {"x": 2.0})]
   jobs = slurm.submit(members, str(root), {}, executor="debug")
   assert [j.result() for j in jobs] == [0, 0]
-  assert [json.loads((root / m.id / "summary.json").read_text())["y"] for m in members] == [1.0, 4.0]
+  assert [json.loads((root / m.id / "summary.json").read_text())["y"] for m in members] == [
+    1.0,
+    4.0,
+  ]

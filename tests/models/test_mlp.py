@@ -3,7 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mechjax.models.mlp import SingleNeuron, TwoLayer
+from mechjax.models.mlp import SingleNeuron
+from mechjax.models.mlp import TwoLayer
 
 KEY = jax.random.PRNGKey(0)
 
@@ -26,7 +27,9 @@ def test_spherical_neuron_ignores_the_weight_norm():
   np.testing.assert_allclose(model.apply(params, x), model.apply(scaled, x), rtol=1e-5)
   w = params["params"]["w"]
   g = jax.grad(lambda p: jnp.sum(model.apply(p, x) ** 3))(params)["params"]["w"]
-  assert abs(float(g @ w)) < 1e-3 * float(jnp.linalg.norm(g) * jnp.linalg.norm(w))  # tangent to the sphere
+  assert abs(float(g @ w)) < 1e-3 * float(
+    jnp.linalg.norm(g) * jnp.linalg.norm(w)
+  )  # tangent to the sphere
   plain = SingleNeuron(activation="linear")
   assert not np.allclose(plain.apply(params, x), plain.apply(scaled, x))
 

@@ -5,7 +5,10 @@ import optax
 import pytest
 
 from mechjax.align.transfer import explained_variance
-from mechjax.models.sae import SAE, decoder, kth_largest, sae_loss
+from mechjax.models.sae import SAE
+from mechjax.models.sae import decoder
+from mechjax.models.sae import kth_largest
+from mechjax.models.sae import sae_loss
 from mechjax.train import loop
 
 D, M, TRUE = 16, 32, 12
@@ -27,15 +30,26 @@ def _sparse_batch(key, n):
 def test_sae_recovers_a_planted_sparse_dictionary(tmp_path, top_k):
   model = SAE(M, top_k=top_k)
   problem = loop.Problem(
-      init=lambda key: model.init(key, jnp.zeros((1, D))),
-      loss=lambda p, key: sae_loss(model, p, _sparse_batch(key, 256), l1=3e-3))
-  result = loop.train(problem, optax.adam(1e-2), keys=loop.seed_keys(0, 1), steps=1500, workdir=tmp_path,
-                      log_every=500, checkpoint_every=1500, progress=False)
+    init=lambda key: model.init(key, jnp.zeros((1, D))),
+    loss=lambda p, key: sae_loss(model, p, _sparse_batch(key, 256), l1=3e-3),
+  )
+  result = loop.train(
+    problem,
+    optax.adam(1e-2),
+    keys=loop.seed_keys(0, 1),
+    steps=1500,
+    workdir=tmp_path,
+    log_every=500,
+    checkpoint_every=1500,
+    progress=False,
+  )
   params = jax.tree.map(lambda a: a[0], result.state["params"])
   x = _sparse_batch(jax.random.PRNGKey(7), 2048)
   x_hat, f = model.apply(params, x)
   assert float(explained_variance(x, x_hat)) > 0.9
-  cos = np.abs(np.asarray(_true_dictionary() @ decoder(params).T))  # true features x learned latents
+  cos = np.abs(
+    np.asarray(_true_dictionary() @ decoder(params).T)
+  )  # true features x learned latents
   assert np.mean(cos.max(axis=1) > 0.9) > 0.8  # most true features have a learned latent
   if top_k is not None:
     assert int(jnp.max(jnp.sum(f > 0, axis=-1))) <= top_k
@@ -44,7 +58,9 @@ def test_sae_recovers_a_planted_sparse_dictionary(tmp_path, top_k):
 def test_decoder_rows_have_unit_norm_whatever_is_stored():
   model = SAE(8)
   params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
-  params = jax.tree_util.tree_map_with_path(lambda p, a: 5.0 * a if "W_dec" in str(p) else a, params)
+  params = jax.tree_util.tree_map_with_path(
+    lambda p, a: 5.0 * a if "W_dec" in str(p) else a, params
+  )
   np.testing.assert_allclose(jnp.linalg.norm(decoder(params), axis=1), 1.0, rtol=1e-6)
   with pytest.raises(ValueError, match="top_k must be"):
     SAE(4, top_k=5).init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))

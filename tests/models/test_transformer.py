@@ -1,19 +1,27 @@
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from mechjax.data import dyck
 from mechjax.align.haar import haar_orthogonal
-from mechjax.models.transformer import Transformer, fold_rmsnorm_gains, rotate_residual, site_names
+from mechjax.data import dyck
+from mechjax.models.transformer import Transformer
+from mechjax.models.transformer import fold_rmsnorm_gains
+from mechjax.models.transformer import rotate_residual
+from mechjax.models.transformer import site_names
 from mechjax.train import loop
 
 KEY = jax.random.PRNGKey(0)
-SMALL = dict(vocab_size=dyck.vocab_size(3), heads=(("token", 8), ("depth", 5)), d_model=16, num_layers=2,
-             num_heads=2, d_mlp=32, max_len=16)
+SMALL = dict(
+  vocab_size=dyck.vocab_size(3),
+  heads=(("token", 8), ("depth", 5)),
+  d_model=16,
+  num_layers=2,
+  num_heads=2,
+  d_mlp=32,
+  max_len=16,
+)
 
 
 @pytest.mark.slow
@@ -38,11 +46,20 @@ def test_folding_rmsnorm_gains_keeps_the_function():
   tokens = dyck.sample_dyck(KEY, 4, length=16, max_depth=4)["tokens"]
   params = model.init(KEY, tokens)
   params = jax.tree_util.tree_map_with_path(  # random gains, so folding has something to do
-      lambda path, a: a * (1 + 0.5 * jax.random.normal(jax.random.PRNGKey(len(str(path))), a.shape))
-      if "gain" in str(path) else a, params)
+    lambda path, a: (
+      a * (1 + 0.5 * jax.random.normal(jax.random.PRNGKey(len(str(path))), a.shape))
+      if "gain" in str(path)
+      else a
+    ),
+    params,
+  )
   folded = fold_rmsnorm_gains(params, num_layers=2)
-  np.testing.assert_allclose(model.apply(folded, tokens)["token"], model.apply(params, tokens)["token"], atol=1e-4)
-  assert all(np.allclose(v["gain"], 1.0) for k, v in folded["params"].items() if k.startswith("norm"))
+  np.testing.assert_allclose(
+    model.apply(folded, tokens)["token"], model.apply(params, tokens)["token"], atol=1e-4
+  )
+  assert all(
+    np.allclose(v["gain"], 1.0) for k, v in folded["params"].items() if k.startswith("norm")
+  )
 
 
 @pytest.mark.slow
@@ -58,16 +75,29 @@ def test_trains_on_dyck_depth_with_the_core(tmp_path):
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["depth"])
     return jnp.mean(ce), {"depth_acc": jnp.mean(jnp.argmax(logits, -1) == batch["depth"])}
 
-  result = loop.train(loop.Problem(init, loss), optax.adam(3e-3), keys=loop.seed_keys(0, 2), steps=300,
-                      workdir=tmp_path, log_every=100, checkpoint_every=300, progress=False)
+  result = loop.train(
+    loop.Problem(init, loss),
+    optax.adam(3e-3),
+    keys=loop.seed_keys(0, 2),
+    steps=300,
+    workdir=tmp_path,
+    log_every=100,
+    checkpoint_every=300,
+    progress=False,
+  )
   first, last = result.history[0], result.history[-1]
   assert min(last["train_depth_acc"]) > 0.9 > max(first["train_depth_acc"])
 
 
 def _random_gains(params):
   return jax.tree_util.tree_map_with_path(
-      lambda path, a: a * (1 + 0.5 * jax.random.normal(jax.random.PRNGKey(len(str(path))), a.shape))
-      if "gain" in str(path) else a, params)
+    lambda path, a: (
+      a * (1 + 0.5 * jax.random.normal(jax.random.PRNGKey(len(str(path))), a.shape))
+      if "gain" in str(path)
+      else a
+    ),
+    params,
+  )
 
 
 @pytest.mark.slow
@@ -99,9 +129,11 @@ def test_steering_adds_the_vector_at_its_site_and_only_downstream():
   v = jax.random.normal(jax.random.PRNGKey(1), (SMALL["d_model"],))
   out_s, sites_s = model.apply(params, tokens, return_sites=True, steer={"resid_mid_1": v})
   order = site_names(2)
-  for name in order[:order.index("resid_mid_1")]:
+  for name in order[: order.index("resid_mid_1")]:
     np.testing.assert_array_equal(sites_s[name], sites[name])
-  np.testing.assert_allclose(sites_s["resid_mid_1"], sites["resid_mid_1"] + v[None, None], atol=1e-5)
+  np.testing.assert_allclose(
+    sites_s["resid_mid_1"], sites["resid_mid_1"] + v[None, None], atol=1e-5
+  )
   assert float(jnp.max(jnp.abs(out_s["token"] - out["token"]))) > 1e-3
   zero = model.apply(params, tokens, steer={"resid_post_1": jnp.zeros(SMALL["d_model"])})
   np.testing.assert_array_equal(zero["token"], out["token"])

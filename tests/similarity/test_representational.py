@@ -4,7 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-from mechjax.similarity.representational import linear_cka, mean_cca, procrustes_distance
+from mechjax.similarity.representational import linear_cka
+from mechjax.similarity.representational import mean_cca
+from mechjax.similarity.representational import procrustes_distance
 
 RNG = np.random.default_rng(0)
 
@@ -18,7 +20,9 @@ def test_cka_invariances(debiased):
   x = RNG.normal(size=(200, 12)).astype(np.float32)
   q = _orthogonal(12, 1)
   assert abs(float(linear_cka(x, 3.7 * x @ q, debiased=debiased)) - 1.0) < 1e-5
-  general = RNG.normal(size=(12, 12)) + np.diag(np.linspace(0.1, 5, 12))  # invertible, not orthogonal
+  general = RNG.normal(size=(12, 12)) + np.diag(
+    np.linspace(0.1, 5, 12)
+  )  # invertible, not orthogonal
   assert float(linear_cka(x, x @ general.astype(np.float32), debiased=debiased)) < 0.95
 
 
@@ -29,8 +33,11 @@ def test_debiased_cka_matches_the_gram_formula_and_fixes_wide_data():
     np.fill_diagonal(k, 0)
     np.fill_diagonal(l, 0)
     one = np.ones(n)
-    return (np.trace(k @ l) + one @ k @ one * (one @ l @ one) / ((n - 1) * (n - 2))
-            - 2 / (n - 2) * one @ k @ l @ one) / (n * (n - 3))
+    return (
+      np.trace(k @ l)
+      + one @ k @ one * (one @ l @ one) / ((n - 1) * (n - 2))
+      - 2 / (n - 2) * one @ k @ l @ one
+    ) / (n * (n - 3))
 
   x = RNG.normal(size=(40, 6))
   y = x @ RNG.normal(size=(6, 5)) + RNG.normal(size=(40, 5))

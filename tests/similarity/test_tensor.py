@@ -1,8 +1,8 @@
-"""Bilinear models, their weight format, and tensor similarity (fast subset of theory/tensor_similarity.py)."""
+"""Bilinear models, their weight format, and tensor similarity (fast subset of
+theory/tensor_similarity.py)."""
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -46,7 +46,9 @@ def test_single_layer_gaussian_and_multilinear_identity_match_monte_carlo():
 @pytest.mark.slow
 def test_a_wrong_recursion_is_caught(monkeypatch):
   """Dropping the cross term of the node-wise symmetrisation breaks recursion = brute force."""
-  monkeypatch.setattr(ts, "_bilinear_core", lambda la, ra, lb, rb, g, sym: (la @ g @ lb.T) * (ra @ g @ rb.T))
+  monkeypatch.setattr(
+    ts, "_bilinear_core", lambda la, ra, lb, rb, g, sym: (la @ g @ lb.T) * (ra @ g @ rb.T)
+  )
   ts._log_gram.clear_cache()  # compiled programs hold the correct core
   try:
     report = th.Report(verbose=False)
@@ -58,19 +60,25 @@ def test_a_wrong_recursion_is_caught(monkeypatch):
   assert failed and all("node-wise symmetrised" in n or "BilinearNet" in n for n in failed), failed
 
 
-@pytest.mark.parametrize("make", [
+@pytest.mark.parametrize(
+  "make",
+  [
     lambda: bl.BilinearNet(5, d_model=4, hidden=6, depth=2, use_bias=True),
     lambda: bl.BilinearNet(5, d_model=4, hidden=6, depth=1, residual=False),
     lambda: nn.Sequential([bl.Bilinear(8, project=False), bl.Linear(5)]),
     lambda: nn.Sequential([bl.Bilinear(8, hidden=3, use_bias=True), bl.Linear(5)]),
-], ids=["net-bias-residual", "net-plain", "bilinear-linear", "bilinear-bias-linear"])
+  ],
+  ids=["net-bias-residual", "net-plain", "bilinear-linear", "bilinear-bias-linear"],
+)
 @pytest.mark.slow
 def test_to_layers_computes_the_module_function(make):
   model = make()
   x = jax.random.normal(jax.random.PRNGKey(1), (7, 6))
   params = jax.jit(model.init)(jax.random.PRNGKey(0), x)
   layers = bl.to_layers(model, params)
-  y = jax.jit(lambda layers, x: bl.apply_layers(layers, x, constant=bl.needs_constant(model)))(layers, x)
+  y = jax.jit(lambda layers, x: bl.apply_layers(layers, x, constant=bl.needs_constant(model)))(
+    layers, x
+  )
   np.testing.assert_allclose(y, jax.jit(model.apply)(params, x), rtol=1e-5, atol=1e-5)
   # the same with or without the outer "params" key
   assert jax.tree.structure(bl.to_layers(model, params["params"])) == jax.tree.structure(layers)
@@ -84,13 +92,19 @@ def test_slices_and_similarity_matrix_agree_with_the_materialised_tensors():
     cos = lambda u, v: np.vdot(u, v) / np.linalg.norm(u) / np.linalg.norm(v)
     want = np.array([[cos(u, v) for v in t] for u in t])
     np.testing.assert_allclose(ts.similarity_matrix(nets), want, atol=1e-12)
-    np.testing.assert_allclose(ts.similarity_matrix(nets, slice_index=1),
-                               [[cos(u[1], v[1]) for v in t] for u in t], atol=1e-12)
-    np.testing.assert_allclose(ts.slice_similarity(nets[0], nets[1]), [cos(t[0][k], t[1][k]) for k in range(2)],
-                               atol=1e-12)
+    np.testing.assert_allclose(
+      ts.similarity_matrix(nets, slice_index=1),
+      [[cos(u[1], v[1]) for v in t] for u in t],
+      atol=1e-12,
+    )
+    np.testing.assert_allclose(
+      ts.slice_similarity(nets[0], nets[1]), [cos(t[0][k], t[1][k]) for k in range(2)], atol=1e-12
+    )
     # the gaussian measure of a one-bilinear-layer network folds the trailing linear layer
     single = ts.fold_single_bilinear(nets[0])
-    np.testing.assert_allclose(ts.gaussian_inner(nets[0], nets[1]), ts.gaussian_inner([single], nets[1]), rtol=1e-12)
+    np.testing.assert_allclose(
+      ts.gaussian_inner(nets[0], nets[1]), ts.gaussian_inner([single], nets[1]), rtol=1e-12
+    )
 
 
 def test_baselines():
@@ -106,24 +120,40 @@ def test_baselines():
   m = ts.cosine_matrix(np.stack([y, -y, y]))
   np.testing.assert_allclose(m, [[1, -1, 1], [-1, 1, -1], [1, -1, 1]], atol=1e-6)
   acts = rng.normal(size=(3, 20, 4)).astype(np.float32)
-  acts[2] = 2.0 * acts[0] @ np.linalg.qr(rng.normal(size=(4, 4)))[0] + 1.0  # rotated, scaled, shifted
+  acts[2] = (
+    2.0 * acts[0] @ np.linalg.qr(rng.normal(size=(4, 4)))[0] + 1.0
+  )  # rotated, scaled, shifted
   c = ts.cka_matrix(acts)
   want = [[float(rep.linear_cka(u, v)) for v in acts] for u in acts]
   np.testing.assert_allclose(c, want, atol=1e-5)
   assert c[0, 2] == pytest.approx(1.0, abs=1e-5) and 0 < c[0, 1] < 0.9
 
 
-@pytest.mark.parametrize("layers, message", [
-    ([{"weight": np.zeros((3, 4))}, {"weight": np.zeros((2, 5))}], r"layer 1 \(linear\): input width 5 does not match "
-     "layer 0's output width 3"),
-    ([{"left": np.zeros((4, 3)), "right": np.zeros((4, 2)), "out": np.zeros((2, 4))}],
-     r"layer 0 \(bilinear\): expected left \(h, in\), right \(h, in\), out \(out, h\)"),
-    ([{"left": np.zeros((4, 3)), "right": np.zeros((4, 3)), "out": np.zeros((2, 5))}], "out \\(2, 5\\)"),
-    ([{"weight": np.zeros((3, 4))}, {"kernel": np.zeros((3, 3))}], "layer 1: unknown layer kind \\['kernel'\\]"),
+@pytest.mark.parametrize(
+  "layers, message",
+  [
+    (
+      [{"weight": np.zeros((3, 4))}, {"weight": np.zeros((2, 5))}],
+      r"layer 1 \(linear\): input width 5 does not match "
+      "layer 0's output width 3",
+    ),
+    (
+      [{"left": np.zeros((4, 3)), "right": np.zeros((4, 2)), "out": np.zeros((2, 4))}],
+      r"layer 0 \(bilinear\): expected left \(h, in\), right \(h, in\), out \(out, h\)",
+    ),
+    (
+      [{"left": np.zeros((4, 3)), "right": np.zeros((4, 3)), "out": np.zeros((2, 5))}],
+      "out \\(2, 5\\)",
+    ),
+    (
+      [{"weight": np.zeros((3, 4))}, {"kernel": np.zeros((3, 3))}],
+      "layer 1: unknown layer kind \\['kernel'\\]",
+    ),
     ([{"weight": np.zeros((3, 4)), "bias": np.zeros(3)}], "layer 0: unknown layer kind"),
     ([{"weight": np.zeros(4)}], "layer 0 \\(linear\\): weight must be a matrix"),
     ([], "at least one layer"),
-])
+  ],
+)
 def test_malformed_weights_are_refused_with_the_layer_and_the_expected_shapes(layers, message):
   with pytest.raises(ValueError, match=message):
     ts.tensor_similarity(layers, layers)

@@ -1,4 +1,5 @@
-"""SGLD and the LLC estimator: determinism, a regular model's λ = d/2, masks, diagnostics, bad input."""
+"""SGLD and the LLC estimator: determinism, a regular model's λ = d/2, masks, diagnostics, bad
+input."""
 
 import json
 import math
@@ -36,21 +37,32 @@ SETTINGS = dict(step_size=1e-4, nbeta=sgld.default_nbeta(N), localization=1.0, b
 
 @pytest.mark.slow
 def test_regular_model_gives_half_its_dimension():
-  # At eps = 1e-5 the Euler discretisation inflates the posterior variance by about eps * nbeta / 4 = 0.5%,
-  # and the chains' spread (sd ~0.07 each) puts the 4-chain mean within ~0.04 of the truth.
+  # At eps = 1e-5 the Euler discretisation inflates the posterior variance by about eps * nbeta / 4
+  # = 0.5%, and the chains' spread (sd ~0.07 each) puts the 4-chain mean within ~0.04 of the truth.
   data, w_star = _regression()
-  res = llc_lib.estimate_llc(_loss, w_star, data, key=jax.random.PRNGKey(1), num_chains=4, num_draws=6000,
-                             num_burnin=1200, **{**SETTINGS, "step_size": 1e-5, "batch_size": 2000})
+  res = llc_lib.estimate_llc(
+    _loss,
+    w_star,
+    data,
+    key=jax.random.PRNGKey(1),
+    num_chains=4,
+    num_draws=6000,
+    num_burnin=1200,
+    **{**SETTINGS, "step_size": 1e-5, "batch_size": 2000},
+  )
   assert res.llc_mean == pytest.approx(D / 2, rel=0.06), res.llc_per_chain
   assert res.loss_trace.shape == (4, 6000) and res.llc_per_chain.shape == (4,)
   assert res.diagnostics["mala_acceptance"] > 0.5
-  assert 0 < res.diagnostics["fraction_below_init_loss"] < 0.5  # w* is a minimum: most draws are above it
+  assert (
+    0 < res.diagnostics["fraction_below_init_loss"] < 0.5
+  )  # w* is a minimum: most draws are above it
 
 
 def test_same_key_same_result_bit_for_bit_and_another_key_differs():
   data, w_star = _regression()
-  run = lambda seed: llc_lib.estimate_llc(_loss, w_star, data, key=jax.random.PRNGKey(seed), num_chains=2,
-                                          num_draws=50, **SETTINGS)
+  run = lambda seed: llc_lib.estimate_llc(
+    _loss, w_star, data, key=jax.random.PRNGKey(seed), num_chains=2, num_draws=50, **SETTINGS
+  )
   misses = sgld._program.cache_info().misses
   a, b, c = run(3), run(3), run(4)
   assert sgld._program.cache_info().misses <= misses + 1  # one program for the three calls
@@ -63,19 +75,44 @@ def test_same_key_same_result_bit_for_bit_and_another_key_differs():
 def test_param_mask_keeps_masked_coordinates_at_w_star():
   data, w_star = _regression()
   mask = {"w": jnp.zeros(D)}
-  res = llc_lib.estimate_llc(_loss, w_star, data, key=jax.random.PRNGKey(2), num_chains=2, num_draws=100,
-                             param_mask=mask, **SETTINGS)
+  res = llc_lib.estimate_llc(
+    _loss,
+    w_star,
+    data,
+    key=jax.random.PRNGKey(2),
+    num_chains=2,
+    num_draws=100,
+    param_mask=mask,
+    **SETTINGS,
+  )
   assert np.all(res.diagnostics["distance_final"] == 0.0)
   half = {"w": jnp.array([1.0, 1.0, 0.0, 0.0])}  # sampling half the coordinates: about half the LLC
-  res = llc_lib.estimate_llc(_loss, w_star, data, key=jax.random.PRNGKey(2), num_chains=4, num_draws=2000,
-                             num_burnin=200, param_mask=half, **SETTINGS)
+  res = llc_lib.estimate_llc(
+    _loss,
+    w_star,
+    data,
+    key=jax.random.PRNGKey(2),
+    num_chains=4,
+    num_draws=2000,
+    num_burnin=200,
+    param_mask=half,
+    **SETTINGS,
+  )
   assert res.llc_mean == pytest.approx(D / 4, rel=0.25)
 
 
 def test_rmsprop_variant_runs_and_is_deterministic():
   data, w_star = _regression()
-  run = lambda: llc_lib.estimate_llc(_loss, w_star, data, key=jax.random.PRNGKey(5), num_chains=2, num_draws=100,
-                                     rmsprop=0.99, **{**SETTINGS, "step_size": 1e-6})
+  run = lambda: llc_lib.estimate_llc(
+    _loss,
+    w_star,
+    data,
+    key=jax.random.PRNGKey(5),
+    num_chains=2,
+    num_draws=100,
+    rmsprop=0.99,
+    **{**SETTINGS, "step_size": 1e-6},
+  )
   a, b = run(), run()
   np.testing.assert_array_equal(a.loss_trace, b.loss_trace)
   assert np.isfinite(a.llc_mean)
@@ -83,19 +120,31 @@ def test_rmsprop_variant_runs_and_is_deterministic():
 
 def test_a_diverging_chain_names_the_chain_and_the_step():
   data, w_star = _regression()
-  with pytest.raises(llc_lib.ChainDivergedError, match=r"chain \d+ became non-finite at step \d+.*smaller step_size"):
-    llc_lib.estimate_llc(_loss, w_star, data, key=jax.random.PRNGKey(0), num_chains=2, num_draws=200,
-                         **{**SETTINGS, "step_size": 1.0})
+  with pytest.raises(
+    llc_lib.ChainDivergedError, match=r"chain \d+ became non-finite at step \d+.*smaller step_size"
+  ):
+    llc_lib.estimate_llc(
+      _loss,
+      w_star,
+      data,
+      key=jax.random.PRNGKey(0),
+      num_chains=2,
+      num_draws=200,
+      **{**SETTINGS, "step_size": 1.0},
+    )
 
 
-@pytest.mark.parametrize("bad,match", [
+@pytest.mark.parametrize(
+  "bad,match",
+  [
     (dict(step_size=0.0), "step_size=0.0: must be a finite number > 0"),
     (dict(nbeta=-1.0), "nbeta=-1.0: must be a finite number > 0"),
     (dict(batch_size=0), "batch_size=0: must be an integer >= 1"),
     (dict(batch_size=N + 1), "exceeds the"),
     (dict(localization=-1.0), "localization"),
     (dict(num_draws=0), "num_draws"),
-])
+  ],
+)
 def test_bad_settings_are_refused(bad, match):
   data, w_star = _regression()
   with pytest.raises(ValueError, match=match):
@@ -111,7 +160,6 @@ def test_default_nbeta_and_init_loss_over_seeded_batches():
   assert full == pytest.approx(float(_loss(w_star, data)), rel=1e-6)
 
 
-
 _SHARDED = """
 import json, sys
 import jax
@@ -124,37 +172,62 @@ settings = sgld.SGLDSettings(**t.SETTINGS, num_chains=4, num_draws=30)
 out = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), settings)
 again = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), settings)
 chi = t._susceptibilities(data, w_star)
-print(json.dumps({"devices": len(out["loss"].sharding.device_set), "loss": np.asarray(out["loss"]).tolist(),
+print(json.dumps({"devices": len(out["loss"].sharding.device_set),
+                  "loss": np.asarray(out["loss"]).tolist(),
                   "same": bool(np.array_equal(out["loss"], again["loss"])), "chi": chi.tolist()}))
 """
 
 
 def _susceptibilities(data, w_star):
-  """Two components (all weights; the first only) and 3 probes: the component program sharded or not."""
+  """Two components (all weights; the first only) and 3 probes: the component program sharded or
+  not."""
   from mechjax.slt import susceptibility as sus
+
   per_sample = lambda p, b: 0.5 * (b["x"] @ p["w"] - b["y"]) ** 2
   probes = jax.tree.map(lambda a: a[:3], data)
   first = {"w": jnp.zeros(D).at[0].set(1.0)}
-  res = sus.estimate_susceptibilities(per_sample, w_star, data, probes, key=jax.random.PRNGKey(6),
-                                      components={"all": None, "first": first}, num_chains=4, num_draws=20,
-                                      **SETTINGS, eval_size=256)
+  res = sus.estimate_susceptibilities(
+    per_sample,
+    w_star,
+    data,
+    probes,
+    key=jax.random.PRNGKey(6),
+    components={"all": None, "first": first},
+    num_chains=4,
+    num_draws=20,
+    **SETTINGS,
+    eval_size=256,
+  )
   return res.chi
 
 
 @pytest.mark.slow
 def test_chains_are_sharded_over_devices_and_agree_with_one_device():
-  done = subprocess.run([sys.executable, "-c", _SHARDED], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                        env={**os.environ, "PYTHONPATH": ROOT})
+  done = subprocess.run(
+    [sys.executable, "-c", _SHARDED],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, "PYTHONPATH": ROOT},
+  )
   assert done.returncode == 0, done.stderr[-2000:]
   sharded = json.loads(done.stdout.strip().splitlines()[-1])
   assert sharded["devices"] == 2 and sharded["same"]
   data, w_star = _regression()
-  single = sgld.sample_chains(_loss, w_star, data, jax.random.PRNGKey(5),
-                              sgld.SGLDSettings(**SETTINGS, num_chains=4, num_draws=30))
+  single = sgld.sample_chains(
+    _loss,
+    w_star,
+    data,
+    jax.random.PRNGKey(5),
+    sgld.SGLDSettings(**SETTINGS, num_chains=4, num_draws=30),
+  )
   assert len(single["loss"].sharding.device_set) == 1
   # Same key, same chains: only the rounding of the partitioned program differs.
   np.testing.assert_allclose(np.asarray(sharded["loss"]), np.asarray(single["loss"]), rtol=1e-5)
   # The susceptibility program shards its chains the same way (components vmapped outside them).
   chi = _susceptibilities(data, w_star)
   assert np.abs(chi).max() > 0
-  np.testing.assert_allclose(np.asarray(sharded["chi"]), chi, rtol=1e-3, atol=1e-3 * np.abs(chi).max())
+  np.testing.assert_allclose(
+    np.asarray(sharded["chi"]), chi, rtol=1e-3, atol=1e-3 * np.abs(chi).max()
+  )

@@ -1,4 +1,5 @@
-"""Patterning: minimum-norm and simplex-constrained re-weightings, and training on re-weighted data."""
+"""Patterning: minimum-norm and simplex-constrained re-weightings, and training on re-weighted
+data."""
 
 import dataclasses
 
@@ -16,9 +17,13 @@ def test_minimum_norm_reweighting_hits_the_target_and_has_the_smallest_norm():
   j, t = rng.normal(size=(3, 40)), rng.normal(size=3)
   dh = patterning.patterning_weights(j, t)
   np.testing.assert_allclose(j @ dh, t, atol=1e-10)
-  np.testing.assert_allclose(dh, np.linalg.lstsq(j, t, rcond=None)[0], atol=1e-10)  # lstsq's is the min-norm one
+  np.testing.assert_allclose(
+    dh, np.linalg.lstsq(j, t, rcond=None)[0], atol=1e-10
+  )  # lstsq's is the min-norm one
   ridged = patterning.patterning_weights(j, t, ridge=0.5)
-  np.testing.assert_allclose(ridged, j.T @ np.linalg.solve(j @ j.T + 0.5 * np.eye(3), t), atol=1e-10)
+  np.testing.assert_allclose(
+    ridged, j.T @ np.linalg.solve(j @ j.T + 0.5 * np.eye(3), t), atol=1e-10
+  )
   assert np.linalg.norm(ridged) < np.linalg.norm(dh)
 
 
@@ -51,9 +56,10 @@ def test_bad_shapes_are_refused():
 
 @pytest.mark.slow
 def test_patterning_moves_the_exact_gaussian_posterior_as_asked():
-  """Closed loop on Bayesian linear regression: the response to every single-sample shift is exact, the
-  re-weighting asks E[w_0] to rise by 0.02 and the prediction to stay put, and the exact posterior under
-  the new weights does that, to first order (the second-order error is a few percent of the target)."""
+  """Closed loop on Bayesian linear regression: the response to every single-sample shift is exact,
+  the re-weighting asks E[w_0] to rise by 0.02 and the prediction to stay put, and the exact
+  posterior under the new weights does that, to first order (the second-order error is a few percent
+  of the target)."""
   p = gaussian.make_problem()
   p = dataclasses.replace(p, shifts=np.eye(p.n))
   j = gaussian.exact_response(p)[:2]  # (w_0, prediction) × n
@@ -61,8 +67,10 @@ def test_patterning_moves_the_exact_gaussian_posterior_as_asked():
   dh = patterning.patterning_weights(j, target, simplex=True)
   uniform = np.full(p.n, 1 / p.n)
   with jax.enable_x64(True):
-    moved = np.asarray(gaussian.exact_expectation(p, jnp.asarray(uniform + dh))
-                       - gaussian.exact_expectation(p, jnp.asarray(uniform)))[:2]
+    moved = np.asarray(
+      gaussian.exact_expectation(p, jnp.asarray(uniform + dh))
+      - gaussian.exact_expectation(p, jnp.asarray(uniform))
+    )[:2]
   np.testing.assert_allclose(moved, target, atol=0.002)
 
 
@@ -70,8 +78,13 @@ def test_weighted_problem_samples_by_weight():
   weights = np.zeros(10)
   weights[3], weights[7] = 3.0, 1.0
   data = {"i": jnp.arange(10)}
-  problem = patterning.weighted_problem(lambda k: {}, lambda params, b: (b["i"] == 3).astype(jnp.float32), data,
-                                        weights, batch_size=4000)
+  problem = patterning.weighted_problem(
+    lambda k: {},
+    lambda params, b: (b["i"] == 3).astype(jnp.float32),
+    data,
+    weights,
+    batch_size=4000,
+  )
   share, _ = jax.jit(problem.loss)({}, jax.random.PRNGKey(0))
   assert abs(float(share) - 0.75) < 0.03  # sd of the share: sqrt(0.75 · 0.25 / 4000) = 0.007
   with pytest.raises(ValueError, match="non-negative"):
@@ -84,7 +97,9 @@ def test_group_response_is_the_exact_response_to_a_group_shift():
   p = gaussian.make_problem()
   singles = gaussian.exact_response(dataclasses.replace(p, shifts=np.eye(p.n)[:20]))
   group = gaussian.exact_response(p)[:, 2]
-  np.testing.assert_allclose(patterning.group_response(singles, np.zeros(20, int))[:, 0], group, rtol=1e-8)
+  np.testing.assert_allclose(
+    patterning.group_response(singles, np.zeros(20, int))[:, 0], group, rtol=1e-8
+  )
 
 
 def test_sample_weights_spread_group_mass_evenly():

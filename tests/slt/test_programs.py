@@ -1,5 +1,5 @@
-"""The same SGLD computation is traced and compiled once: repeated calls with another key, another w* or other
-data of the same shapes reuse the program (mechjax.slt.sgld's program cache)."""
+"""The same SGLD computation is traced and compiled once: repeated calls with another key, another
+w* or other data of the same shapes reuse the program (mechjax.slt.sgld's program cache)."""
 
 import contextlib
 
@@ -48,7 +48,8 @@ def _loss(params, batch):
 
 
 def _w(value):
-  """A w* of the same shape and dtype as every other (a weakly typed one would be another program)."""
+  """A w* of the same shape and dtype as every other (a weakly typed one would be another
+  program)."""
   return {"w": jnp.asarray(np.full(3, value, np.float32))}
 
 
@@ -65,9 +66,13 @@ def test_repeated_estimate_llc_with_a_new_key_and_w_star_compiles_nothing():
   llc_lib.estimate_llc(_loss, w_first, data, key=keys[0], **SETTINGS)
   with count_traces() as n:
     res = llc_lib.estimate_llc(_loss, w_next, data, key=keys[1], **SETTINGS)
-    again = llc_lib.estimate_llc(_loss, w_next, data, key=keys[2], settings=sgld.SGLDSettings(**SETTINGS))
+    again = llc_lib.estimate_llc(
+      _loss, w_next, data, key=keys[2], settings=sgld.SGLDSettings(**SETTINGS)
+    )
   assert n == [0]
-  assert np.isfinite(res.llc_mean) and res.llc_mean != again.llc_mean  # the calls did run, with their keys
+  assert (
+    np.isfinite(res.llc_mean) and res.llc_mean != again.llc_mean
+  )  # the calls did run, with their keys
 
 
 def test_a_fresh_lambda_per_call_is_a_new_program_which_the_counter_sees():
@@ -82,8 +87,9 @@ def test_repeated_bif_and_susceptibility_calls_compile_nothing():
   data = _data()
   queries, probes = jax.tree.map(lambda a: a[:4], data), jax.tree.map(lambda a: a[4:10], data)
   call_bif = lambda key, w: sus.bif(_per_sample, w, data, queries, probes, key=key, **SETTINGS)
-  call_chi = lambda key, w: sus.estimate_susceptibilities(_per_sample, w, data, probes, key=key, eval_size=64,
-                                                          settings=sgld.SGLDSettings(**SETTINGS))
+  call_chi = lambda key, w: sus.estimate_susceptibilities(
+    _per_sample, w, data, probes, key=key, eval_size=64, settings=sgld.SGLDSettings(**SETTINGS)
+  )
   ws, keys = [_w(v) for v in (1.0, 0.9, 0.8)], jax.random.split(jax.random.PRNGKey(0), 5)
   call_bif(keys[0], ws[0])
   call_chi(keys[1], ws[0])

@@ -1,4 +1,5 @@
-"""Susceptibilities: the covariance estimators, streamed moments, and the exact Gaussian linear response."""
+"""Susceptibilities: the covariance estimators, streamed moments, and the exact Gaussian linear
+response."""
 
 import jax
 import jax.numpy as jnp
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 
 from mechjax.slt import gaussian
+from mechjax.slt import moments as mom_lib
 from mechjax.slt import susceptibility as sus
 
 
@@ -27,19 +29,25 @@ def test_linear_response_is_minus_nbeta_times_the_sample_covariance():
 @pytest.mark.slow
 def test_streamed_moments_equal_stored_draws_and_merge_across_chains():
   phi, dloss = _draws(s=300)
-  step = jax.jit(sus.moments_update)
+  step = jax.jit(mom_lib.moments_update)
   chains = []
   for part in np.array_split(np.arange(300), 3):  # three "chains" of unequal length (100 each here)
-    mom = sus.moments_init(3, 4)
+    mom = mom_lib.moments_init(3, 4)
     for i in part:
       mom = step(mom, phi[i], dloss[i])
     chains.append(mom)
-  merged = sus.moments_reduce(jax.tree.map(lambda *a: jnp.stack(a), *chains))
-  np.testing.assert_allclose(sus.moments_covariance(merged), sus.covariance(phi, dloss), rtol=1e-4, atol=1e-6)
-  np.testing.assert_allclose(sus.moments_covariance(chains[0]), sus.covariance(phi[:100], dloss[:100]), rtol=1e-4,
-                             atol=1e-6)
+  merged = mom_lib.moments_reduce(jax.tree.map(lambda *a: jnp.stack(a), *chains))
+  np.testing.assert_allclose(
+    mom_lib.moments_covariance(merged), sus.covariance(phi, dloss), rtol=1e-4, atol=1e-6
+  )
+  np.testing.assert_allclose(
+    mom_lib.moments_covariance(chains[0]),
+    sus.covariance(phi[:100], dloss[:100]),
+    rtol=1e-4,
+    atol=1e-6,
+  )
   # A zero weight (burn-in inside a scan) changes nothing.
-  same = sus.moments_update(chains[0], phi[0] + 100, dloss[0], 0.0)
+  same = mom_lib.moments_update(chains[0], phi[0] + 100, dloss[0], 0.0)
   jax.tree.map(np.testing.assert_array_equal, same, chains[0])
 
 
@@ -51,8 +59,8 @@ def test_bad_draws_are_refused():
 
 
 def test_exact_gaussian_response_matches_exact_posterior_draws():
-  """The fast version of theory/linear_response.py's first check: every entry within 3 standard errors,
-  and an estimator missing the factor nβ (or with the wrong sign) is caught."""
+  """The fast version of theory/linear_response.py's first check: every entry within 3 standard
+  errors, and an estimator missing the factor nβ (or with the wrong sign) is caught."""
   p = gaussian.make_problem()
   exact = gaussian.exact_response(p)
   phi, dloss = gaussian.exact_draws(p, 20_000)
@@ -69,8 +77,8 @@ def test_sgld_streamed_response_is_close_to_exact():
   p = gaussian.make_problem()
   exact = gaussian.exact_response(p)
   mom = gaussian.sgld_moments(p, num_chains=8, num_draws=4000, num_burnin=500, step_size=2e-4)
-  est = p.nbeta * -np.asarray(sus.moments_covariance(sus.moments_reduce(mom)))
-  per_chain = p.nbeta * -np.asarray(sus.moments_covariance(mom))
+  est = p.nbeta * -np.asarray(mom_lib.moments_covariance(mom_lib.moments_reduce(mom)))
+  per_chain = p.nbeta * -np.asarray(mom_lib.moments_covariance(mom))
   err = per_chain.std(0, ddof=1) / np.sqrt(8)
   assert np.all(np.abs(est - exact) <= 3 * err + 0.05 * np.abs(exact)), (est, exact, err)
 
@@ -84,20 +92,37 @@ def _gaussian_setup():
 
 @pytest.mark.slow
 def test_estimate_susceptibilities_matches_the_exact_response_of_the_training_loss():
-  """With every sample in the evaluation subset, φ = L(w) − L(w*) and the probes toward samples 0 and 1 are
-  the exact problem's third observable and first two shifts."""
+  """With every sample in the evaluation subset, φ = L(w) − L(w*) and the probes toward samples 0
+  and 1 are the exact problem's third observable and first two shifts."""
   p, data, per_sample = _gaussian_setup()
   probes = {"x": data["x"][:2], "y": data["y"][:2]}
   frozen = {"w": jnp.zeros(3)}
-  res = sus.estimate_susceptibilities(per_sample, {"w": jnp.asarray(p.center, jnp.float32)}, data, probes,
-                                      key=jax.random.PRNGKey(0), components={"all": None, "none": frozen},
-                                      num_chains=8, num_draws=4000, num_burnin=500, step_size=2e-4, nbeta=p.nbeta,
-                                      localization=p.localization, batch_size=p.n,
-                                      observable=lambda w, _: w["w"][:1])  # w_0, the exact problem's first
+  res = sus.estimate_susceptibilities(
+    per_sample,
+    {"w": jnp.asarray(p.center, jnp.float32)},
+    data,
+    probes,
+    key=jax.random.PRNGKey(0),
+    components={"all": None, "none": frozen},
+    num_chains=8,
+    num_draws=4000,
+    num_burnin=500,
+    step_size=2e-4,
+    nbeta=p.nbeta,
+    localization=p.localization,
+    batch_size=p.n,
+    observable=lambda w, _: w["w"][:1],
+  )  # w_0, the exact problem's first
   exact = gaussian.exact_response(p)[[2, 0], :2]  # (loss, w_0) × (toward sample 0, toward sample 1)
-  assert res.chi.shape == (2, 2, 2) and res.components == ("all", "none") and res.probe_shape == (2,)
+  assert (
+    res.chi.shape == (2, 2, 2) and res.components == ("all", "none") and res.probe_shape == (2,)
+  )
   err = res.standard_error[0] * p.nbeta
-  assert np.all(np.abs(res.response[0] - exact) <= 3 * err + 0.05 * np.abs(exact)), (res.response[0], exact, err)
+  assert np.all(np.abs(res.response[0] - exact) <= 3 * err + 0.05 * np.abs(exact)), (
+    res.response[0],
+    exact,
+    err,
+  )
   # The posterior of L(w) − L(w*) is d/2 · (nβ s / (nβ s + γ)) in expectation: just under 1.5 here.
   assert 1.3 < res.llc[0] < 1.6, res.llc
   np.testing.assert_array_equal(res.chi[1], 0.0)  # a component with no free weight does not move
@@ -118,12 +143,26 @@ def test_bif_matches_the_covariance_of_exact_posterior_draws():
   p, data, per_sample = _gaussian_setup()
   queries = {"x": data["x"][:2], "y": data["y"][:2]}
   train = {"x": data["x"][2:5], "y": data["y"][2:5]}
-  got = sus.bif(per_sample, {"w": jnp.asarray(p.center, jnp.float32)}, data, queries, train, key=jax.random.PRNGKey(1),
-                num_chains=8, num_draws=4000, num_burnin=500, step_size=2e-4, nbeta=p.nbeta,
-                localization=p.localization, batch_size=p.n)
+  got = sus.bif(
+    per_sample,
+    {"w": jnp.asarray(p.center, jnp.float32)},
+    data,
+    queries,
+    train,
+    key=jax.random.PRNGKey(1),
+    num_chains=8,
+    num_draws=4000,
+    num_burnin=500,
+    step_size=2e-4,
+    nbeta=p.nbeta,
+    localization=p.localization,
+    batch_size=p.n,
+  )
   with jax.enable_x64(True):
     mean, cov = gaussian.posterior(p, jnp.full(p.n, 1.0 / p.n))
-    w = np.random.default_rng(0).multivariate_normal(np.asarray(mean), np.asarray(cov), size=200_000)
+    w = np.random.default_rng(0).multivariate_normal(
+      np.asarray(mean), np.asarray(cov), size=200_000
+    )
   losses = 0.5 * (p.y[:5] - w @ p.x[:5].T) ** 2  # (draws, 5)
   exact = -np.cov(losses.T)[:2, 2:]
   assert got.shape == (2, 3)

@@ -1,5 +1,5 @@
-"""The study frame: the workdir contract applies to ``study.run`` called from Python, stages are cached, and
-the ending writes figures, files and summary.json (mechjax.studies.frame)."""
+"""The study frame: the workdir contract applies to ``study.run`` called from Python, stages are
+cached, and the ending writes figures, files and summary.json (mechjax.studies.frame)."""
 
 import dataclasses
 import json
@@ -24,14 +24,18 @@ CALLS = []
 @frame.study
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """A study without training: one cached stage, one figure, one extra file."""
-  value = ctx.stage("product", lambda: CALLS.append("stage") or {"value": cfg.scale * cfg.run.steps})
+  value = ctx.stage(
+    "product", lambda: CALLS.append("stage") or {"value": cfg.scale * cfg.run.steps}
+  )
 
   def figures(folder):
     path = f"{folder}/plot.png"
     open(path, "wb").write(b"png")
     return [path]
 
-  return frame.Outputs({"value": value["value"]}, figures=figures, files={"notes.md": "written last but one"})
+  return frame.Outputs(
+    {"value": value["value"]}, figures=figures, files={"notes.md": "written last but one"}
+  )
 
 
 def test_python_call_writes_config_and_refuses_a_mismatched_resume(tmp_path):
@@ -39,7 +43,9 @@ def test_python_call_writes_config_and_refuses_a_mismatched_resume(tmp_path):
   summary = run(Config(), tmp_path, progress=False)
   assert summary == {"value": 20.0, "figures": ["plot.png"]}
   assert json.loads((tmp_path / "config.json").read_text()) == {**Config().to_flat()}
-  assert (tmp_path / "notes.md").read_text() == "written last but one\n" and (tmp_path / "figures/plot.png").exists()
+  assert (tmp_path / "notes.md").read_text() == "written last but one\n" and (
+    tmp_path / "figures/plot.png"
+  ).exists()
   with pytest.raises(WorkdirError, match=r"--scale=2.0 \(now 3.0\)"):
     run(Config(scale=3.0), tmp_path, progress=False)
   # A finished run is not recomputed; its summary comes back from disk.
@@ -73,11 +79,21 @@ def test_stage_formats(tmp_path):
 
 @pytest.mark.slow
 def test_a_real_study_from_python_obeys_the_same_contract(tmp_path):
-  cfg = fourier_phase.Config().replace(tasks=("amplitude",), width=8, eval_samples=64, num_seeds=1, batch_size=8,
-                                       steps=20, log_every=10, checkpoint_every=10)
+  cfg = fourier_phase.Config().replace(
+    tasks=("amplitude",),
+    width=8,
+    eval_samples=64,
+    num_seeds=1,
+    batch_size=8,
+    steps=20,
+    log_every=10,
+    checkpoint_every=10,
+  )
   summary = fourier_phase.run(cfg, tmp_path, progress=False)
   saved = json.loads((tmp_path / "config.json").read_text())
-  assert saved["steps"] == 20 and saved["tasks"] == ["amplitude"] and saved["alpha"] == [0.0, 1.0, 2.0]
+  assert (
+    saved["steps"] == 20 and saved["tasks"] == ["amplitude"] and saved["alpha"] == [0.0, 1.0, 2.0]
+  )
   assert (tmp_path / "summary.json").exists() and summary["figures"]
   assert any("final test acc" in line for line in fourier_phase.report(summary))
   with pytest.raises(WorkdirError, match=r"--width=8 \(now 16\)"):

@@ -1,4 +1,5 @@
-"""The LLC-over-training study: its teacher, its mode counter, resuming, and the experiment end to end."""
+"""The LLC-over-training study: its teacher, its mode counter, resuming, and the experiment end to
+end."""
 
 import json
 import os
@@ -10,14 +11,29 @@ import pytest
 from mechjax.slt import closed_forms as cf
 from mechjax.studies import llc_dynamics as study
 
-TINY = dict(widths=(3, 3, 3), singular_values=(2.0, 1.0), n=512, steps=40, log_every=20, checkpoint_every=20,
-            num_seeds=1, llc_chains=2, llc_draws=30, llc_burnin=5, llc_batch_size=64, localization=(100.0,),
-            learning_rate=0.1, init_scale=0.1)
+TINY = dict(
+  widths=(3, 3, 3),
+  singular_values=(2.0, 1.0),
+  n=512,
+  steps=40,
+  log_every=20,
+  checkpoint_every=20,
+  num_seeds=1,
+  llc_chains=2,
+  llc_draws=30,
+  llc_burnin=5,
+  llc_batch_size=64,
+  localization=(100.0,),
+  learning_rate=0.1,
+  init_scale=0.1,
+)
 
 
 def test_teacher_has_the_requested_singular_values():
   cfg = study.Config(widths=(4, 6, 5), singular_values=(1.0, 3.0))
-  np.testing.assert_allclose(np.linalg.svd(study.teacher(cfg), compute_uv=False)[:3], [3.0, 1.0, 0.0], atol=1e-5)
+  np.testing.assert_allclose(
+    np.linalg.svd(study.teacher(cfg), compute_uv=False)[:3], [3.0, 1.0, 0.0], atol=1e-5
+  )
 
 
 def test_learned_modes_counts_singular_values_above_half_the_teacher():
@@ -42,27 +58,53 @@ def test_resumed_run_reuses_the_llc_of_finished_checkpoints(tmp_path, monkeypatc
     f.write(json.dumps(rows[0]) + "\n")
   calls = []
   original = study.llc_lib.estimate_llc
-  monkeypatch.setattr(study.llc_lib, "estimate_llc", lambda *a, **k: calls.append(k["key"]) or original(*a, **k))
+  monkeypatch.setattr(
+    study.llc_lib, "estimate_llc", lambda *a, **k: calls.append(k["key"]) or original(*a, **k)
+  )
   os.remove(tmp_path / "summary.json")
   second = study.run(cfg, str(tmp_path), progress=False)
   assert len(calls) == 1
-  assert second["localizations"] == first["localizations"]  # same keys: the recomputed row is bit for bit the same
+  assert (
+    second["localizations"] == first["localizations"]
+  )  # same keys: the recomputed row is bit for bit the same
 
 
 @pytest.mark.slow
 def test_experiment_writes_summary_and_figure(tmp_path, run_cli):
-  args = [f"--workdir={tmp_path / 'run'}", "--widths=3,3,3", "--singular_values=2,1", "--n=512", "--steps=40",
-          "--log_every=20", "--checkpoint_every=20", "--num_seeds=1", "--llc_chains=2", "--llc_draws=30",
-          "--llc_burnin=5", "--llc_batch_size=64", "--localization=100", "--init_scale=0.1", "--learning_rate=0.1"]
+  args = [
+    f"--workdir={tmp_path / 'run'}",
+    "--widths=3,3,3",
+    "--singular_values=2,1",
+    "--n=512",
+    "--steps=40",
+    "--log_every=20",
+    "--checkpoint_every=20",
+    "--num_seeds=1",
+    "--llc_chains=2",
+    "--llc_draws=30",
+    "--llc_burnin=5",
+    "--llc_batch_size=64",
+    "--localization=100",
+    "--init_scale=0.1",
+    "--learning_rate=0.1",
+  ]
   done = run_cli("experiments.llc_dynamics", *args)
   assert done.returncode == 0, done.stderr[-2000:]
   summary = json.load(open(tmp_path / "run" / "summary.json"))
   # Two layers 3-3-3 are reduced-rank regression 3-3-3: the two closed forms must agree.
-  assert summary["closed_form_llc_by_rank"] == [float(cf.reduced_rank_regression(3, 3, 3, r)[0]) for r in range(3)]
+  assert summary["closed_form_llc_by_rank"] == [
+    float(cf.reduced_rank_regression(3, 3, 3, r)[0]) for r in range(3)
+  ]
   assert os.path.getsize(tmp_path / "run" / "figures" / "llc_dynamics.png") > 10_000
   assert "final LLC" in done.stdout
   bad = run_cli("experiments.llc_dynamics", f"--workdir={tmp_path / 'bad'}", "--widths=3,0,3")
   assert bad.returncode == 2 and "widths" in bad.stderr
-  too_deep = run_cli("experiments.llc_dynamics", f"--workdir={tmp_path / 'bad'}", "--widths=3,2,3",
-                     "--singular_values=2,1,1")
-  assert too_deep.returncode == 2 and "narrowest" in too_deep.stderr and not (tmp_path / "bad").exists()
+  too_deep = run_cli(
+    "experiments.llc_dynamics",
+    f"--workdir={tmp_path / 'bad'}",
+    "--widths=3,2,3",
+    "--singular_values=2,1,1",
+  )
+  assert (
+    too_deep.returncode == 2 and "narrowest" in too_deep.stderr and not (tmp_path / "bad").exists()
+  )

@@ -6,8 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mechjax.data import parens, repeats
-from mechjax.models.transformer import Transformer, attention_patterns
+from mechjax.data import parens
+from mechjax.data import repeats
+from mechjax.models.transformer import Transformer
+from mechjax.models.transformer import attention_patterns
 from mechjax.studies import patterning_induction as ind
 from mechjax.studies import patterning_parens as pp
 
@@ -20,7 +22,9 @@ def test_parens_groups_separate_labels_and_first_token():
     members = data["tokens"][ids == g]
     assert len(set(parens.label(members, "prefix"))) == 1  # a group never mixes labels
     assert len(set(members[:, 0])) == 1  # nor first tokens
-  assert sum(n.startswith("bal") for n in names) >= 1 and sum(n.startswith("uneq") for n in names) >= 2
+  assert (
+    sum(n.startswith("bal") for n in names) >= 1 and sum(n.startswith("uneq") for n in names) >= 2
+  )
 
 
 def test_parens_probes_are_where_the_algorithms_disagree():
@@ -37,8 +41,15 @@ def test_parens_config_refuses_a_chi_step_that_is_not_a_checkpoint():
 
 
 def _tiny_attn_model():
-  return Transformer(vocab_size=8, heads=(("token", 8),), d_model=8, num_layers=2, num_heads=2, max_len=8,
-                     attn_only=True)
+  return Transformer(
+    vocab_size=8,
+    heads=(("token", 8),),
+    d_model=8,
+    num_layers=2,
+    num_heads=2,
+    max_len=8,
+    attn_only=True,
+  )
 
 
 @pytest.mark.slow
@@ -49,13 +60,18 @@ def test_head_masks_select_exactly_one_head():
   assert list(masks) == ["L0H0", "L0H1", "L1H0", "L1H1"]
   total = jax.tree.map(lambda *m: sum(m), *masks.values())
   attn = total["params"]["attn_1"]
-  # The heads partition every attention weight (each entry in exactly one mask) and touch nothing else.
+  # The heads partition every attention weight (each entry in exactly one mask) and touch nothing
+  # else.
   for name in ("query", "key", "value", "out"):
     assert np.all(np.asarray(attn[name]["kernel"]) == 1)
   assert np.all(np.asarray(total["params"]["embed"]["embedding"]) == 0)
   m = masks["L1H0"]["params"]["attn_1"]
-  assert np.all(np.asarray(m["query"]["kernel"])[:, 0] == 1) and np.all(np.asarray(m["query"]["kernel"])[:, 1] == 0)
-  assert np.all(np.asarray(m["out"]["kernel"])[0] == 1) and np.all(np.asarray(m["out"]["kernel"])[1] == 0)
+  assert np.all(np.asarray(m["query"]["kernel"])[:, 0] == 1) and np.all(
+    np.asarray(m["query"]["kernel"])[:, 1] == 0
+  )
+  assert np.all(np.asarray(m["out"]["kernel"])[0] == 1) and np.all(
+    np.asarray(m["out"]["kernel"])[1] == 0
+  )
   assert np.all(np.asarray(masks["L0H0"]["params"]["attn_1"]["query"]["kernel"]) == 0)
 
 
@@ -70,10 +86,14 @@ def test_repeats_copy_the_first_half_and_the_prefix_matching_score_finds_an_indu
   perfect[:, 0, np.arange(t), np.arange(t)] = 1.0  # attends to itself everywhere ...
   q = np.arange(4, t)
   perfect[:, 0, q] = 0.0
-  perfect[:, 0, q, q - 3] = 1.0  # ... except in the second copy, where it attends to the induction target
+  perfect[:, 0, q, q - 3] = (
+    1.0  # ... except in the second copy, where it attends to the induction target
+  )
   np.testing.assert_allclose(np.asarray(repeats.prefix_matching_score(jnp.asarray(perfect))), [1.0])
   diagonal = np.broadcast_to(np.eye(t), (2, 1, t, t))
-  np.testing.assert_allclose(np.asarray(repeats.prefix_matching_score(jnp.asarray(diagonal))), [0.0])
+  np.testing.assert_allclose(
+    np.asarray(repeats.prefix_matching_score(jnp.asarray(diagonal))), [0.0]
+  )
   model = _tiny_attn_model()
   params = model.init(jax.random.PRNGKey(1), tok[:2] % 8)
   pattern = np.asarray(attention_patterns(model, params, jnp.asarray(tok[:3] % 8)))
@@ -88,13 +108,15 @@ def test_formation_step_interpolates_and_reports_never():
   assert ind.formation_step(steps, np.array([4.0, 3.0, 2.5, 2.1]), 2.0) is None
 
 
-def test_induction_direction_is_signed_toward_the_induction_positions_and_reweighting_stays_a_distribution():
+def test_induction_direction_points_to_the_induction_positions_and_reweighting_is_a_distribution():
   cfg = ind.Config(length=8, probe_sequences=4, top_components=3)
   groups = ind.group_ids(cfg, np.array([1, 1, 0, 0])).reshape(-1)
   is_induction = (groups >= cfg.length - 1) & ((groups % (cfg.length - 1)) >= cfg.length // 2)
   rng = np.random.default_rng(0)
   # χ = one component row loading *negatively* on the induction tokens, plus small noise.
-  chi = np.outer([1.0, -0.5, 0.2], np.where(is_induction, -1.0, 0.3)) + 0.01 * rng.normal(size=(3, groups.size))
+  chi = np.outer([1.0, -0.5, 0.2], np.where(is_induction, -1.0, 0.3)) + 0.01 * rng.normal(
+    size=(3, groups.size)
+  )
   d = ind.induction_direction(cfg, chi, groups)
   assert d["component"] == 0 and abs(d["correlations"][0]) > 0.99
   induction_groups = cfg.length - 1 + np.arange(cfg.length // 2, cfg.length - 1)
@@ -102,8 +124,11 @@ def test_induction_direction_is_signed_toward_the_induction_positions_and_reweig
   dists = ind.reweightings(cfg, d["direction"])
   for c in ind.CONDITIONS:
     assert np.all(dists[c] >= 0) and abs(dists[c].sum() - 1) < 1e-9
-  assert dists["promote"][induction_groups].sum() > dists["unweighted"][induction_groups].sum() > \
-      dists["suppress"][induction_groups].sum()
+  assert (
+    dists["promote"][induction_groups].sum()
+    > dists["unweighted"][induction_groups].sum()
+    > dists["suppress"][induction_groups].sum()
+  )
   # strength 0.5: the binding group of the binding direction keeps half its base weight.
   ratio = np.minimum(dists["promote"], dists["suppress"]) / dists["unweighted"]
   assert abs(ratio.min() - 0.5) < 1e-9
@@ -113,14 +138,33 @@ def test_induction_direction_is_signed_toward_the_induction_positions_and_reweig
   assert abs(np.corrcoef(dists["random"] - dists["unweighted"], d["direction"])[0, 1]) < 0.9
 
 
-TINY_INDUCTION = dict(vocab=8, length=8, d_model=8, num_layers=1, num_heads=2, steps=20, log_every=10, checkpoint_every=10,
-                      chi_step=10, num_seeds=2, n=64, probe_sequences=4, eval_sequences=8, chains=2, draws=4,
-                      burnin=1, sgld_batch_size=8, eval_size=8, batch_size=8)
+TINY_INDUCTION = dict(
+  vocab=8,
+  length=8,
+  d_model=8,
+  num_layers=1,
+  num_heads=2,
+  steps=20,
+  log_every=10,
+  checkpoint_every=10,
+  chi_step=10,
+  num_seeds=2,
+  n=64,
+  probe_sequences=4,
+  eval_sequences=8,
+  chains=2,
+  draws=4,
+  burnin=1,
+  sgld_batch_size=8,
+  eval_size=8,
+  batch_size=8,
+)
 
 
 @pytest.mark.slow
 def test_induction_study_end_to_end_and_resume_reuses_the_susceptibilities(tmp_path, monkeypatch):
-  # Two of the four conditions (each condition is one more compiled training program; the suite's budget).
+  # Two of the four conditions (each condition is one more compiled training program; the suite's
+  # budget).
   monkeypatch.setattr(ind, "CONDITIONS", ("unweighted", "promote"))
   cfg = ind.Config().replace(**TINY_INDUCTION)
   summary = ind.run(cfg, str(tmp_path), progress=False)
@@ -131,7 +175,9 @@ def test_induction_study_end_to_end_and_resume_reuses_the_susceptibilities(tmp_p
   for name in summary["figures"]:
     assert (tmp_path / "figures" / name).stat().st_size > 10_000
   assert (tmp_path / "susceptibility.npz").exists()
-  monkeypatch.setattr(ind, "susceptibilities", lambda *a, **k: pytest.fail("recomputed the susceptibilities"))
+  monkeypatch.setattr(
+    ind, "susceptibilities", lambda *a, **k: pytest.fail("recomputed the susceptibilities")
+  )
   (tmp_path / "summary.json").unlink()  # an analysis interrupted after the susceptibility stage
   again = ind.run(cfg, str(tmp_path), progress=False)
   assert again["formation_step"] == summary["formation_step"]
@@ -140,6 +186,7 @@ def test_induction_study_end_to_end_and_resume_reuses_the_susceptibilities(tmp_p
 
 def test_cpu_cores_as_devices_changes_nothing_once_jax_has_started():
   from mechjax.train import flags as shared
+
   jnp.ones(2).block_until_ready()
   before = jax.devices()
   assert shared.cpu_cores_as_devices() is False

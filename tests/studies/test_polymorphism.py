@@ -8,19 +8,46 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import run_module
 from mechjax.align.haar import haar_orthogonal
-from mechjax.models.transformer import fold_rmsnorm_gains, rotate_residual
+from mechjax.models.transformer import fold_rmsnorm_gains
+from mechjax.models.transformer import rotate_residual
 from mechjax.studies import polymorphism as study
 from mechjax.studies import polymorphism_analysis as analysis_lib
 from mechjax.studies import polymorphism_report as report_lib
+from tests.helpers import run_module
 
-CFG = study.Config().replace(optimizer=("sgd",), length=16, max_depth=4, d_model=16, num_heads=2, d_mlp=32,
-                             num_seeds=3, fit_sequences=64, eval_sequences=64, sae_latents=32, sae_top_k=4,
-                             sae_steps=200, num_null=59)
-TINY = ["--length=16", "--max_depth=4", "--d_model=16", "--num_heads=2", "--d_mlp=32", "--num_seeds=2",
-        "--fit_sequences=32", "--eval_sequences=32", "--sae_latents=32", "--sae_top_k=4", "--sae_steps=50",
-        "--num_null=59", "--steps=40", "--log_every=20", "--checkpoint_every=20"]
+CFG = study.Config().replace(
+  optimizer=("sgd",),
+  length=16,
+  max_depth=4,
+  d_model=16,
+  num_heads=2,
+  d_mlp=32,
+  num_seeds=3,
+  fit_sequences=64,
+  eval_sequences=64,
+  sae_latents=32,
+  sae_top_k=4,
+  sae_steps=200,
+  num_null=59,
+)
+TINY = [
+  "--length=16",
+  "--max_depth=4",
+  "--d_model=16",
+  "--num_heads=2",
+  "--d_mlp=32",
+  "--num_seeds=2",
+  "--fit_sequences=32",
+  "--eval_sequences=32",
+  "--sae_latents=32",
+  "--sae_top_k=4",
+  "--sae_steps=50",
+  "--num_null=59",
+  "--steps=40",
+  "--log_every=20",
+  "--checkpoint_every=20",
+]
 
 
 def _signed_permutation(key, d):
@@ -31,17 +58,21 @@ def _signed_permutation(key, d):
 
 @pytest.fixture(scope="module")
 def planted():
-  """Seed 0 is a model; seed 1 is the same model in a Haar-rotated basis with its stream scaled by 2; seed 2 in
-  a signed-permuted basis."""
+  """Seed 0 is a model; seed 1 is the same model in a Haar-rotated basis with its stream scaled by
+  2; seed 2 in a signed-permuted basis."""
   model = study.model_of(CFG)
   params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, CFG.length), jnp.int32))
   q = haar_orthogonal(jax.random.PRNGKey(1), CFG.d_model)
   p = _signed_permutation(jax.random.PRNGKey(2), CFG.d_model)
-  seeds = [fold_rmsnorm_gains(params, CFG.num_layers), rotate_residual(params, q, CFG.num_layers, scale=2.0),
-           rotate_residual(params, p, CFG.num_layers)]
+  seeds = [
+    fold_rmsnorm_gains(params, CFG.num_layers),
+    rotate_residual(params, q, CFG.num_layers, scale=2.0),
+    rotate_residual(params, p, CFG.num_layers),
+  ]
   params_S = jax.tree.map(lambda *a: jnp.stack(a), *seeds)
-  analysis, rotations = analysis_lib.analyze(CFG, model, functools.partial(study.sample, CFG), params_S,
-                                             progress=False)
+  analysis, rotations = analysis_lib.analyze(
+    CFG, model, functools.partial(study.sample, CFG), params_S, progress=False
+  )
   return analysis, rotations, q, p
 
 
@@ -62,7 +93,9 @@ def test_analysis_recovers_a_planted_rotation_and_its_transfers(planted):
     assert to_1["sae_ev_aligned"] == pytest.approx(a["seeds"]["sae_ev_within"][0], abs=2e-3), site
     assert to_1["sae_ev_raw"] < to_1["sae_ev_aligned"] - 0.2, site
     # Seed 0's steering vector, moved through sR, does in seed 1 what seed 1's own vector does.
-    assert to_1["steer_effect_aligned"] == pytest.approx(to_1["steer_effect_native"], rel=1e-2, abs=1e-4), site
+    assert to_1["steer_effect_aligned"] == pytest.approx(
+      to_1["steer_effect_native"], rel=1e-2, abs=1e-4
+    ), site
     assert to_1["steer_cos_aligned"] > 0.999, site
 
 
@@ -92,26 +125,52 @@ def test_experiment_writes_the_table_and_figures(tmp_path):
   wd = tmp_path / "poly"
   r = run_module("experiments.polymorphism", *TINY, "--optimizer=sgd", f"--workdir={wd}")
   assert r.returncode == 0, r.stderr
-  for f in ("config.json", "metrics.jsonl", "summary.json", "pairs.json", "rotations.npz", "table.md",
-            "figures/training.png", "figures/dictionary_transfer.png", "figures/haar_tests.png",
-            "figures/steering_transfer.png", "figures/rotation_matrices.png"):
+  for f in (
+    "config.json",
+    "metrics.jsonl",
+    "summary.json",
+    "pairs.json",
+    "rotations.npz",
+    "table.md",
+    "figures/training.png",
+    "figures/dictionary_transfer.png",
+    "figures/haar_tests.png",
+    "figures/steering_transfer.png",
+    "figures/rotation_matrices.png",
+  ):
     assert (wd / f).exists(), f
   summary = json.loads((wd / "summary.json").read_text())
   sites = summary["optimizers"]["sgd"]["sites"]
-  assert summary["sites"] == ["resid_pre_0", "resid_mid_0", "resid_post_0", "resid_mid_1", "resid_post_1"]
+  assert summary["sites"] == [
+    "resid_pre_0",
+    "resid_mid_0",
+    "resid_post_0",
+    "resid_mid_1",
+    "resid_post_1",
+  ]
   assert set(sites) == set(summary["sites"])
   for m in sites.values():
-    assert all(np.isfinite(m[k]) for k in ("sae_ev_within", "sae_ev_raw", "sae_ev_aligned", "cka", "steer_ratio_aligned"))
+    assert all(
+      np.isfinite(m[k])
+      for k in ("sae_ev_within", "sae_ev_raw", "sae_ev_aligned", "cka", "steer_ratio_aligned")
+    )
   assert "| resid_post_1 |" in r.stdout and "sgd: test accuracy" in r.stdout
   with np.load(wd / "rotations.npz") as rot:
     assert rot["sgd/resid_post_1/0_1"].shape == (16, 16)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flag,name", [
-    ("--optimizer=rmsprop", "--optimizer"), ("--num_seeds=1", "--num_seeds"), ("--num_heads=3", "--num_heads"),
-    ("--sgd_momentum=1", "--sgd_momentum"), ("--sae_top_k=300", "--sae_top_k"), ("--num_null=5", "--num_null"),
-])
+@pytest.mark.parametrize(
+  "flag,name",
+  [
+    ("--optimizer=rmsprop", "--optimizer"),
+    ("--num_seeds=1", "--num_seeds"),
+    ("--num_heads=3", "--num_heads"),
+    ("--sgd_momentum=1", "--sgd_momentum"),
+    ("--sae_top_k=300", "--sae_top_k"),
+    ("--num_null=5", "--num_null"),
+  ],
+)
 def test_bad_flags_give_one_line(flag, name, tmp_path):
   r = run_module("experiments.polymorphism", flag, f"--workdir={tmp_path / 'w'}")
   assert r.returncode == 2, r.stderr

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import run_module
 from mechjax.studies import tensor_backdoor
 from mechjax.studies import tensor_grokking
 from mechjax.train import loop
+from tests.helpers import run_module
 
 
 def test_power_checkpoint_schedule():
@@ -32,7 +32,13 @@ def test_modular_addition_inputs_and_split():
   tr, te = tensor_grokking.split(cfg)
   assert len(tr) == 15 and len(tr) + len(te) == 49 and not set(tr) & set(te)
   x, y = tensor_grokking.inputs(7, jnp.array([3 * 7 + 5]))
-  assert x.shape == (1, 14) and x[0, 3] == 1 and x[0, 7 + 5] == 1 and float(x.sum()) == 2 and int(y[0]) == 1
+  assert (
+    x.shape == (1, 14)
+    and x[0, 3] == 1
+    and x[0, 7 + 5] == 1
+    and float(x.sum()) == 2
+    and int(y[0]) == 1
+  )
 
 
 def test_trigger_stamps_the_bottom_right_corner_only():
@@ -44,8 +50,18 @@ def test_trigger_stamps_the_bottom_right_corner_only():
 @pytest.mark.slow
 def test_grokking_experiment_end_to_end(tmp_path):
   wd = tmp_path / "g"
-  args = ["--p=7", "--hidden=8", "--num_seeds=1", "--steps=60", "--num_checkpoints=4", "--log_every=20",
-          "--batch_size=16", "--learning_rate=0.01", "--weight_decays=0.01,3", f"--workdir={wd}"]
+  args = [
+    "--p=7",
+    "--hidden=8",
+    "--num_seeds=1",
+    "--steps=60",
+    "--num_checkpoints=4",
+    "--log_every=20",
+    "--batch_size=16",
+    "--learning_rate=0.01",
+    "--weight_decays=0.01,3",
+    f"--workdir={wd}",
+  ]
   r = run_module("experiments.tensor_similarity_grokking", *args)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "Pearson r with logit cosine" in r.stdout
@@ -74,20 +90,33 @@ def test_grokking_experiment_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_backdoor_experiment_end_to_end(tmp_path):
   wd = tmp_path / "b"
-  r = run_module("experiments.tensor_similarity_backdoor", "--hidden=16", "--steps=100", "--checkpoint_every=100",
-                 "--log_every=50", "--poison_steps=40", "--poison_checkpoint_every=10", "--poison_fraction=0.5",
-                 "--learning_rate=0.01", "--num_seeds=1", f"--workdir={wd}")
+  r = run_module(
+    "experiments.tensor_similarity_backdoor",
+    "--hidden=16",
+    "--steps=100",
+    "--checkpoint_every=100",
+    "--log_every=50",
+    "--poison_steps=40",
+    "--poison_checkpoint_every=10",
+    "--poison_fraction=0.5",
+    "--learning_rate=0.01",
+    "--num_seeds=1",
+    f"--workdir={wd}",
+  )
   assert r.returncode == 0, r.stderr[-3000:]
   summary = json.loads((wd / "summary.json").read_text())
   assert summary["checkpoint_steps"] == [10, 20, 30, 40]
   seed = summary["seeds"][0]
   assert seed["clean_test_acc"] > 0.5 and seed["clean_attack_success"] < 0.5
-  assert seed["final_attack_success"] >= 0.5, seed  # half the batches poisoned at lr 0.01 plant the trigger
+  assert seed["final_attack_success"] >= 0.5, (
+    seed
+  )  # half the batches poisoned at lr 0.01 plant the trigger
   onset = seed["onset"]
   assert onset is not None and "onset at fine-tuning step" in r.stdout
   for m in tensor_backdoor.MEASURES:
     assert 0 < onset["similarity_poisoned"][m] <= 1 + 1e-6
-  # Both fine-tunes start from the clean weights (a fresh start would be near 0 in tensor similarity).
+  # Both fine-tunes start from the clean weights (a fresh start would be near 0 in tensor
+  # similarity).
   assert onset["similarity_continued"]["tensor"] > 0.9, onset
   curves = json.loads((wd / "similarity.json").read_text())["0"]
   assert len(curves["poisoned"]["tensor"]) == len(curves["continued"]["tensor"]) == 4

@@ -1,4 +1,5 @@
-"""The experiment as a user runs it: flags, workdir rules, the NaN guard, and resume after SIGKILL."""
+"""The experiment as a user runs it: flags, workdir rules, the NaN guard, and resume after
+SIGKILL."""
 
 import functools
 import json
@@ -13,19 +14,29 @@ import numpy as np
 import optax
 import pytest
 
-from tests.helpers import ROOT, run_module
 from mechjax.studies import fourier_phase as study
 from mechjax.train import checkpoint as ckpt_lib
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
+from tests.helpers import ROOT
+from tests.helpers import run_module
 
-SMALL = ["--tasks=amplitude", "--width=16", "--eval_samples=256", "--num_seeds=2", "--batch_size=32"]
+SMALL = [
+  "--tasks=amplitude",
+  "--width=16",
+  "--eval_samples=256",
+  "--num_seeds=2",
+  "--batch_size=32",
+]
 RUN = "amplitude_alpha0_vs_1"
 
 
-# Every refused value is checked in-process in tests/test_config.py; these run the real command line.
+# Every refused value is checked in-process in tests/test_config.py; these run the real command
+# line.
 @pytest.mark.slow
-@pytest.mark.parametrize("flag,name", [("--steps=0", "--steps"), ("--shape=abc", "--shape"), ("--alpha=1,1.0", "--alpha")])
+@pytest.mark.parametrize(
+  "flag,name", [("--steps=0", "--steps"), ("--shape=abc", "--shape"), ("--alpha=1,1.0", "--alpha")]
+)
 def test_bad_flag_gives_one_line_and_nonzero_exit(flag, name, tmp_path):
   r = run_module("experiments.fourier_phase", flag, f"--workdir={tmp_path / 'w'}")
   assert r.returncode != 0
@@ -39,12 +50,21 @@ def test_bad_flag_gives_one_line_and_nonzero_exit(flag, name, tmp_path):
 @pytest.mark.slow
 def test_huge_learning_rate_stops_with_the_nan_message(tmp_path):
   wd = tmp_path / "nan"
-  r = run_module("experiments.fourier_phase", *SMALL, "--learning_rate=1e9", "--steps=400", "--log_every=100",
-                 "--checkpoint_every=100", f"--workdir={wd}")
+  r = run_module(
+    "experiments.fourier_phase",
+    *SMALL,
+    "--learning_rate=1e9",
+    "--steps=400",
+    "--log_every=100",
+    "--checkpoint_every=100",
+    f"--workdir={wd}",
+  )
   assert r.returncode == 1, r.stderr
   assert "Traceback" not in r.stderr
   err = [l for l in r.stderr.splitlines() if l.startswith("error:")]
-  assert len(err) == 1 and "non-finite" in err[0] and "step" in err[0] and "seed" in err[0], r.stderr
+  assert len(err) == 1 and "non-finite" in err[0] and "step" in err[0] and "seed" in err[0], (
+    r.stderr
+  )
   assert not (wd / "summary.json").exists()
 
 
@@ -54,8 +74,13 @@ def test_finished_run_is_not_retrained_and_overwrite_starts_afresh(tmp_path):
   args = [*SMALL, "--steps=200", "--log_every=100", "--checkpoint_every=100", f"--workdir={wd}"]
   r = run_module("experiments.fourier_phase", *args)
   assert r.returncode == 0, r.stderr
-  for f in ("config.json", "metrics.jsonl", "summary.json", "figures/amplitude_vs_phase.png",
-            "figures/information_used.png"):
+  for f in (
+    "config.json",
+    "metrics.jsonl",
+    "summary.json",
+    "figures/amplitude_vs_phase.png",
+    "figures/information_used.png",
+  ):
     assert (wd / f).exists(), f
   before = {f: (wd / f).stat().st_mtime_ns for f in ("metrics.jsonl", "summary.json")}
   r = run_module("experiments.fourier_phase", *args)
@@ -69,10 +94,14 @@ def test_finished_run_is_not_retrained_and_overwrite_starts_afresh(tmp_path):
 
 
 def _final_state(wd, steps_args):
-  cfg = study.Config().replace(tasks=("amplitude",), width=16, eval_samples=256, num_seeds=2, batch_size=32)
+  cfg = study.Config().replace(
+    tasks=("amplitude",), width=16, eval_samples=256, num_seeds=2, batch_size=32
+  )
   problem = study.make_problem(cfg, study.conditions(cfg)[0])
   opt = optax.sgd(cfg.learning_rate)
-  abstract = jax.eval_shape(jax.vmap(functools.partial(loop.init_state, problem, opt)), loop.seed_keys(0, 2))
+  abstract = jax.eval_shape(
+    jax.vmap(functools.partial(loop.init_state, problem, opt)), loop.seed_keys(0, 2)
+  )
   with ckpt_lib.Checkpointer(os.path.join(wd, "checkpoints", RUN)) as c:
     assert c.latest_step() == steps_args
     return c.restore(abstract)
@@ -86,11 +115,16 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
   assert run_module("experiments.fourier_phase", *args, f"--workdir={straight}").returncode == 0
 
   env = {**os.environ, "PYTHONPATH": ROOT}
-  proc = subprocess.Popen([sys.executable, "-m", "experiments.fourier_phase", *args, f"--workdir={killed}"],
-                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(
+    [sys.executable, "-m", "experiments.fourier_phase", *args, f"--workdir={killed}"],
+    cwd=ROOT,
+    env=env,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
   # Kill between checkpoints: once a checkpoint is on disk (saves are asynchronous: orbax renames a
-  # finished step's folder to the bare step number) and a metrics line has been written after it, so the
-  # rerun must both restore that checkpoint and drop the line.
+  # finished step's folder to the bare step number) and a metrics line has been written after it, so
+  # the rerun must both restore that checkpoint and drop the line.
   metrics, ckpts = killed / "metrics.jsonl", killed / "checkpoints" / RUN
   deadline = time.time() + 300
   while proc.poll() is None and time.time() < deadline:
@@ -104,19 +138,28 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
   with ckpt_lib.Checkpointer(killed / "checkpoints" / RUN) as c:
     at_kill = c.latest_step()
   assert at_kill is not None and at_kill < steps, "the run was not killed mid-way"
-  assert max(r["step"] for r in metrics_lib.read_jsonl(metrics)) > at_kill, "no line after the checkpoint to drop"
+  assert max(r["step"] for r in metrics_lib.read_jsonl(metrics)) > at_kill, (
+    "no line after the checkpoint to drop"
+  )
   assert not (killed / "summary.json").exists()
 
   r = run_module("experiments.fourier_phase", *args, f"--workdir={killed}")
   assert r.returncode == 0, r.stderr
   assert f"step {at_kill + 1000}/{steps}" in r.stderr and "step 1000/" not in r.stderr  # it resumed
   a, b = _final_state(straight, steps), _final_state(killed, steps)
-  diffs = jax.tree.leaves(jax.tree.map(lambda x, y: float(np.max(np.abs(np.asarray(x, float) - np.asarray(y, float)))),
-                                       a["params"], b["params"]))
+  diffs = jax.tree.leaves(
+    jax.tree.map(
+      lambda x, y: float(np.max(np.abs(np.asarray(x, float) - np.asarray(y, float)))),
+      a["params"],
+      b["params"],
+    )
+  )
   assert max(diffs) <= 1e-6
   rows_a = metrics_lib.read_jsonl(straight / "metrics.jsonl")
   rows_b = metrics_lib.read_jsonl(killed / "metrics.jsonl")
-  assert [r["step"] for r in rows_a] == [r["step"] for r in rows_b] == list(range(1000, steps + 1, 1000))
+  assert (
+    [r["step"] for r in rows_a] == [r["step"] for r in rows_b] == list(range(1000, steps + 1, 1000))
+  )
   for ra, rb in zip(rows_a, rows_b):
     for k in ("train_loss", "test_loss", "test_acc"):
       np.testing.assert_allclose(ra[k], rb[k], atol=1e-6)

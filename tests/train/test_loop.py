@@ -49,7 +49,7 @@ def test_vmap_over_seeds_equals_single_seed_runs():
   keys = loop.seed_keys(3, 4)
   together = run_chunks(problem, opt, keys, [60])
   for i in range(4):
-    alone = run_chunks(problem, opt, keys[i:i + 1], [60])
+    alone = run_chunks(problem, opt, keys[i : i + 1], [60])
     np.testing.assert_allclose(together["params"]["w"][i], alone["params"]["w"][0], atol=1e-6)
   # Different seeds really are different runs.
   assert float(jnp.max(jnp.abs(together["params"]["w"][0] - together["params"]["w"][1]))) > 1e-4
@@ -75,22 +75,48 @@ def test_chunk_ends():
 def test_train_writes_metrics_and_resumes_in_process(tmp_path):
   problem, opt = linear_problem(), optax.sgd(0.05)
   keys = loop.seed_keys(0, 3)
-  full = loop.train(problem, opt, keys=keys, steps=200, workdir=tmp_path / "a", log_every=50, checkpoint_every=100,
-                    progress=False)
+  full = loop.train(
+    problem,
+    opt,
+    keys=keys,
+    steps=200,
+    workdir=tmp_path / "a",
+    log_every=50,
+    checkpoint_every=100,
+    progress=False,
+  )
   assert [r["step"] for r in full.history] == [50, 100, 150, 200]
   assert len(full.history[0]["train_loss"]) == 3 and len(full.history[0]["err"]) == 3
   assert max(full.history[-1]["err"]) < 0.2  # started near |w_true| = 5.5
 
   # Stop after 150 steps (checkpoint at 100, lines up to 150), then resume to 200.
   part = tmp_path / "b"
-  loop.train(problem, opt, keys=keys, steps=150, workdir=part, log_every=50, checkpoint_every=100, progress=False)
+  loop.train(
+    problem,
+    opt,
+    keys=keys,
+    steps=150,
+    workdir=part,
+    log_every=50,
+    checkpoint_every=100,
+    progress=False,
+  )
   with ckpt_lib.Checkpointer(part / "checkpoints" / "main") as c:
     assert c.latest_step() == 150
   # Drop the step-150 checkpoint to mimic a process killed between checkpoints.
   import shutil
+
   shutil.rmtree(part / "checkpoints" / "main" / "150")
-  resumed = loop.train(problem, opt, keys=keys, steps=200, workdir=part, log_every=50, checkpoint_every=100,
-                       progress=False)
+  resumed = loop.train(
+    problem,
+    opt,
+    keys=keys,
+    steps=200,
+    workdir=part,
+    log_every=50,
+    checkpoint_every=100,
+    progress=False,
+  )
   assert resumed.resumed_from == 100
   assert [r["step"] for r in resumed.history] == [50, 100, 150, 200]
   np.testing.assert_allclose(resumed.state["params"]["w"], full.state["params"]["w"], atol=1e-6)
@@ -98,10 +124,29 @@ def test_train_writes_metrics_and_resumes_in_process(tmp_path):
     np.testing.assert_allclose(ra["train_loss"], rb["train_loss"], atol=1e-6)
     np.testing.assert_allclose(ra["err"], rb["err"], atol=1e-6)
 
-  # Extra checkpoints at irregular steps, run as power-of-two pieces: the same run, saved where asked.
-  extra = loop.train(problem, opt, keys=keys, steps=200, workdir=tmp_path / "c", log_every=50, checkpoint_every=100,
-                     progress=False, keep_checkpoints=None, checkpoint_steps=[2, 52], binary_chunks=True)
-  assert [r["step"] for r in extra.history] == [2, 50, 52, 100, 150, 200]  # pieces of 2, 16 and 32 steps
+  # Extra checkpoints at irregular steps, run as power-of-two pieces: the same run, saved where
+  # asked.
+  extra = loop.train(
+    problem,
+    opt,
+    keys=keys,
+    steps=200,
+    workdir=tmp_path / "c",
+    log_every=50,
+    checkpoint_every=100,
+    progress=False,
+    keep_checkpoints=None,
+    checkpoint_steps=[2, 52],
+    binary_chunks=True,
+  )
+  assert [r["step"] for r in extra.history] == [
+    2,
+    50,
+    52,
+    100,
+    150,
+    200,
+  ]  # pieces of 2, 16 and 32 steps
   np.testing.assert_allclose(extra.state["params"]["w"], full.state["params"]["w"], atol=1e-6)
   saved = loop.checkpoint_params(problem, opt, keys=keys, workdir=tmp_path / "c")
   assert sorted(saved) == [2, 52, 100, 200]
@@ -115,13 +160,33 @@ def test_train_writes_metrics_and_resumes_in_process(tmp_path):
 def test_nan_guard_names_step_and_seed_and_keeps_last_checkpoint(tmp_path):
   problem = linear_problem()
   keys = loop.seed_keys(0, 2)
-  # Stable for 100 steps at a small rate, then the run continues in the same workdir... with a huge rate.
-  loop.train(problem, optax.sgd(0.01), keys=keys, steps=100, workdir=tmp_path, log_every=50, checkpoint_every=50,
-             progress=False)
-  with pytest.raises(loop.NonFiniteError, match=r"non-finite (loss at step|parameters after step) 1\d\d \(seed \d\).*"
-                                                r"last good checkpoint: step 100"):
-    loop.train(problem, optax.sgd(1e9), keys=keys, steps=300, workdir=tmp_path, log_every=50, checkpoint_every=50,
-               progress=False)
+  # Stable for 100 steps at a small rate, then the run continues in the same workdir... with a huge
+  # rate.
+  loop.train(
+    problem,
+    optax.sgd(0.01),
+    keys=keys,
+    steps=100,
+    workdir=tmp_path,
+    log_every=50,
+    checkpoint_every=50,
+    progress=False,
+  )
+  with pytest.raises(
+    loop.NonFiniteError,
+    match=r"non-finite (loss at step|parameters after step) 1\d\d \(seed \d\).*"
+    r"last good checkpoint: step 100",
+  ):
+    loop.train(
+      problem,
+      optax.sgd(1e9),
+      keys=keys,
+      steps=300,
+      workdir=tmp_path,
+      log_every=50,
+      checkpoint_every=50,
+      progress=False,
+    )
   with ckpt_lib.Checkpointer(tmp_path / "checkpoints" / "main") as c:
     assert c.latest_step() == 100
   rows = metrics_lib.read_jsonl(tmp_path / "metrics.jsonl")
@@ -129,13 +194,25 @@ def test_nan_guard_names_step_and_seed_and_keeps_last_checkpoint(tmp_path):
 
 
 def test_train_names_the_exact_step_whose_loss_is_non_finite(tmp_path):
-  """w starts at 5.5 and SGD(1) on loss = w lowers it by 1 per step: step t sees w = 6.5 - t, NaN from t = 7."""
+  """w starts at 5.5 and SGD(1) on loss = w lowers it by 1 per step: step t sees w = 6.5 - t, NaN
+  from t = 7."""
   problem = loop.Problem(
-      init=lambda key: {"w": jnp.float32(5.5)},
-      loss=lambda p, key: (p["w"] + jnp.where(p["w"] < 0, jnp.nan, 0.0), {}))
-  with pytest.raises(loop.NonFiniteError, match=r"non-finite loss at step 7 \(seed 0\).*last good checkpoint: step 4"):
-    loop.train(problem, optax.sgd(1.0), keys=loop.seed_keys(0, 2), steps=12, workdir=tmp_path, log_every=4,
-               checkpoint_every=4, progress=False)
+    init=lambda key: {"w": jnp.float32(5.5)},
+    loss=lambda p, key: (p["w"] + jnp.where(p["w"] < 0, jnp.nan, 0.0), {}),
+  )
+  with pytest.raises(
+    loop.NonFiniteError, match=r"non-finite loss at step 7 \(seed 0\).*last good checkpoint: step 4"
+  ):
+    loop.train(
+      problem,
+      optax.sgd(1.0),
+      keys=loop.seed_keys(0, 2),
+      steps=12,
+      workdir=tmp_path,
+      log_every=4,
+      checkpoint_every=4,
+      progress=False,
+    )
 
 
 def test_nan_guard_reports_the_first_bad_step():
@@ -145,7 +222,9 @@ def test_nan_guard_reports_the_first_bad_step():
   with pytest.raises(loop.NonFiniteError, match=r"loss at step 25 \(seed 1\)"):
     loop._check_finite(loss, np.ones(3, bool), first_step=21, run="r", last_good=None)
   with pytest.raises(loop.NonFiniteError, match=r"parameters after step 30 \(seed 2\)"):
-    loop._check_finite(np.ones((3, 10)), np.array([True, True, False]), first_step=21, run="r", last_good=20)
+    loop._check_finite(
+      np.ones((3, 10)), np.array([True, True, False]), first_step=21, run="r", last_good=20
+    )
 
 
 def test_metrics_truncation_keeps_other_runs(tmp_path):

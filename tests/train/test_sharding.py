@@ -1,6 +1,6 @@
-"""The seed axis sharded over devices with a Mesh gives the run of one device, and a learning-rate sweep in
-one sharded program gives the lone runs (8 CPU devices, in a subprocess, because the device count is fixed
-when JAX starts)."""
+"""The seed axis sharded over devices with a Mesh gives the run of one device, and a learning-rate
+sweep in one sharded program gives the lone runs (8 CPU devices, in a subprocess, because the device
+count is fixed when JAX starts)."""
 
 import json
 import subprocess
@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 
-from tests.helpers import ROOT
 from mechjax.train import loop
+from tests.helpers import ROOT
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import json, sys, tempfile
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
@@ -29,25 +29,29 @@ SCRIPT = textwrap.dedent('''
       b = loop.train(problem, optax.adam(0.1), steps=60, workdir=d + "/b", shard_seeds=False, **kw)
       out["sharded_over"] = len(a.state["params"]["w"].sharding.device_set)
       out["unsharded_over"] = len(b.state["params"]["w"].sharding.device_set)
-      out["max_param_diff"] = float(np.max(np.abs(np.asarray(a.state["params"]["w"]) - np.asarray(b.state["params"]["w"]))))
+      w_a, w_b = np.asarray(a.state["params"]["w"]), np.asarray(b.state["params"]["w"])
+      out["max_param_diff"] = float(np.max(np.abs(w_a - w_b)))
       out["max_err_diff"] = max(float(np.max(np.abs(np.asarray(x["err"]) - np.asarray(y["err"]))))
                                 for x, y in zip(a.history, b.history))
       out["final_err"] = float(np.max(a.history[-1]["err"]))
-      c = loop.train(problem, optax.adam(0.1), steps=80, workdir=d + "/a", shard_seeds=True, **kw)  # resumed at 60
-      out["resumed_from"], out["resumed_over"] = c.resumed_from, len(c.state["params"]["w"].sharding.device_set)
+      # resumed at 60
+      c = loop.train(problem, optax.adam(0.1), steps=80, workdir=d + "/a", shard_seeds=True, **kw)
+      out["resumed_from"] = c.resumed_from
+      out["resumed_over"] = len(c.state["params"]["w"].sharding.device_set)
       # A learning-rate sweep as one sharded program: member i equals a lone run at rate i.
       lrs = [0.01 * 2 ** i for i in range(8)]
       opt = optax.inject_hyperparams(optax.adam)(learning_rate=0.0)
-      swept = loop.train(problem, opt, steps=40, workdir=d + "/lr", shard_seeds=True, hyperparams={"learning_rate": lrs},
-                         **{**kw, "keys": keys})
+      swept = loop.train(problem, opt, steps=40, workdir=d + "/lr", shard_seeds=True,
+                         hyperparams={"learning_rate": lrs}, **{**kw, "keys": keys})
       w = np.asarray(swept.state["params"]["w"])
-      lone = [np.asarray(loop.train(problem, optax.adam(lrs[i]), keys=keys[i:i + 1], steps=40, workdir=d + f"/lone{i}",
-                                    log_every=20, checkpoint_every=40, progress=False).state["params"]["w"][0])
-              for i in (0, 7)]
-      out["lr_sweep_vs_lone"] = float(max(np.max(np.abs(w[0] - lone[0])), np.max(np.abs(w[7] - lone[1]))))
+      lone = lambda i: np.asarray(loop.train(
+          problem, optax.adam(lrs[i]), keys=keys[i:i + 1], steps=40, workdir=d + f"/lone{i}",
+          log_every=20, checkpoint_every=40, progress=False).state["params"]["w"][0])
+      out["lr_sweep_vs_lone"] = float(max(np.max(np.abs(w[i] - lone(i))) for i in (0, 7)))
       out["lr_sweep_spread"] = float(np.max(np.abs(w[0] - w[7])))
       try:
-        loop.train(problem, optax.adam(0.1), steps=40, workdir=d + "/bad", hyperparams={"learning_rate": lrs}, **kw)
+        loop.train(problem, optax.adam(0.1), steps=40, workdir=d + "/bad",
+                   hyperparams={"learning_rate": lrs}, **kw)
       except ValueError as e:
         out["not_injected"] = str(e)
       try:
@@ -55,13 +59,19 @@ SCRIPT = textwrap.dedent('''
       except ValueError as e:
         out["indivisible"] = str(e)
     print(json.dumps(out))
-''')
+""")
 
 
 @pytest.mark.slow
 def test_sharded_seeds_equal_the_unsharded_run():
-  done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                        env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin"})
+  done = subprocess.run(
+    [sys.executable, "-c", SCRIPT],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin"},
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   out = json.loads(done.stdout.strip().splitlines()[-1])
   assert out["devices"] == 8 and out["sharded_over"] == 8 and out["unsharded_over"] == 1
