@@ -1,7 +1,7 @@
 """Tensor similarity at depth 2: the Gram recursion against materialising the tensors.
 
-    python -m benchmarks.tensor_similarity # widths 8..48 (about a minute on 2 cores) python -m
-    benchmarks.tensor_similarity --widths=8,16,32,64 --max_gib=20
+    python -m benchmarks.tensor_similarity  # widths 8..48 (about a minute on 2 cores)
+    python -m benchmarks.tensor_similarity --widths=8,16,32,64 --max_gib=20
 
 Two networks ``Bilinear(d → d, hidden d) → Bilinear(d → d, hidden d)``, node-wise symmetrised,
 float32. The brute-force side builds both order-5 tensors (``d⁵`` entries each) and takes their dot

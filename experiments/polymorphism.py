@@ -1,7 +1,7 @@
 """Polymorphism as rotation: are independently trained transformers a Haar-random rotation apart?
 
-    python -m experiments.polymorphism # CPU defaults: Adam and SGD, 4 seeds each python -m
-    experiments.polymorphism --optimizer=sgd --num_seeds=6 --steps=4000
+    python -m experiments.polymorphism  # CPU defaults: Adam and SGD, 4 seeds each
+    python -m experiments.polymorphism --optimizer=sgd --num_seeds=6 --steps=4000
 
 Trains Dyck-3 transformers with each optimizer, fits orthogonal Procrustes rotations between seeds
 on one batch and evaluates everything on a held-out batch. Writes config.json, metrics.jsonl,

@@ -1,11 +1,12 @@
 """Run a sweep: every member of a sweep file, locally, on a Cloud TPU VM, or as a SLURM job array.
 
-    python -m launch.sweep --sweep=launch/sweeps/tensor_similarity_backdoor.py
-    --root=sweeps/backdoor --parallel=2 python -m launch.sweep
-    --sweep=launch/sweeps/fourier_phase.py --root=sweeps/fp --backend=tpu_vm \\
+    python -m launch.sweep --sweep=launch/sweeps/tensor_similarity_backdoor.py \\
+        --root=sweeps/backdoor --parallel=2
+    python -m launch.sweep --sweep=launch/sweeps/fourier_phase.py --root=sweeps/fp \\
+        --backend=tpu_vm \\
         --tpu_name=my-v5e-16 --zone=us-west4-a --repo=https://github.com/ORG/mechjax.git --dry_run
-    python -m launch.sweep --sweep=launch/sweeps/polymorphism.py --root=/shared/sweeps/poly
-    --backend=slurm \\
+    python -m launch.sweep --sweep=launch/sweeps/polymorphism.py --root=/shared/sweeps/poly \\
+        --backend=slurm \\
         --partition=gpu --gpus_per_node=1 --dry_run
 
 Each member's workdir is ``ROOT/<stable hash of its flags>``. Running the same command again skips

@@ -18,8 +18,8 @@ exponent.
 Then, at the largest N, the spike is put in the dominant principal subspace of a power-law spectrum
 (alpha ≥ 1) and the speed-up factor n(alpha = 0) / n(alpha) is measured.
 
-    python -m theory.phase_sample_complexity # N = 16..64, 32 seeds, about 5 minutes on 2 cores
-    python -m theory.phase_sample_complexity --dims=12,16,24 --num_seeds=8 # the fast version
+    python -m theory.phase_sample_complexity  # N = 16..64, 32 seeds, about 2 minutes on 2 cores
+    python -m theory.phase_sample_complexity --dims=12,16,24 --num_seeds=8   # the fast version
 """
 
 import os

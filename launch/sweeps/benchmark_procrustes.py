@@ -1,8 +1,8 @@
 """`python -m benchmarks.procrustes` (a README Results row), run once with its defaults; its printed
 table is kept in ROOT/<id>/launch_result.json and ROOT/logs/.
 
-    python -m launch.sweep --sweep=launch/sweeps/benchmark_procrustes.py
-    --root=sweeps/benchmark_procrustes
+    python -m launch.sweep --sweep=launch/sweeps/benchmark_procrustes.py \\
+        --root=sweeps/benchmark_procrustes
 """
 
 EXPERIMENT = "benchmarks.procrustes"

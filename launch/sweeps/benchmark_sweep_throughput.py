@@ -1,8 +1,8 @@
 """`python -m benchmarks.sweep_throughput` (a README Results row), run once with its defaults; its
 printed table is kept in ROOT/<id>/launch_result.json and ROOT/logs/.
 
-    python -m launch.sweep --sweep=launch/sweeps/benchmark_sweep_throughput.py
-    --root=sweeps/benchmark_sweep_throughput
+    python -m launch.sweep --sweep=launch/sweeps/benchmark_sweep_throughput.py \\
+        --root=sweeps/benchmark_sweep_throughput
 """
 
 EXPERIMENT = "benchmarks.sweep_throughput"

@@ -1,8 +1,8 @@
 """`python -m benchmarks.tensor_similarity` (a README Results row), run once with its defaults; its
 printed table is kept in ROOT/<id>/launch_result.json and ROOT/logs/.
 
-    python -m launch.sweep --sweep=launch/sweeps/benchmark_tensor_similarity.py
-    --root=sweeps/benchmark_tensor_similarity
+    python -m launch.sweep --sweep=launch/sweeps/benchmark_tensor_similarity.py \\
+        --root=sweeps/benchmark_tensor_similarity
 """
 
 EXPERIMENT = "benchmarks.tensor_similarity"

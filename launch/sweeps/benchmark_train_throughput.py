@@ -1,8 +1,8 @@
 """`python -m benchmarks.train_throughput` (a README Results row), run once with its defaults; its
 printed table is kept in ROOT/<id>/launch_result.json and ROOT/logs/.
 
-    python -m launch.sweep --sweep=launch/sweeps/benchmark_train_throughput.py
-    --root=sweeps/benchmark_train_throughput
+    python -m launch.sweep --sweep=launch/sweeps/benchmark_train_throughput.py \\
+        --root=sweeps/benchmark_train_throughput
 """
 
 EXPERIMENT = "benchmarks.train_throughput"

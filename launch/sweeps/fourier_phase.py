@@ -1,8 +1,8 @@
 """The Fourier-phase README rows at full scale, replicated over base seeds (each run has 4 vmapped
 seeds).
 
-python -m launch.sweep --sweep=launch/sweeps/fourier_phase.py --root=sweeps/fourier_phase
---parallel=2
+    python -m launch.sweep --sweep=launch/sweeps/fourier_phase.py --root=sweeps/fourier_phase \\
+        --parallel=2
 """
 
 from launch.lib import product

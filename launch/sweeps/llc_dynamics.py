@@ -1,6 +1,7 @@
 """The LLC-over-training README row, over base seeds (each run trains 2 seeds).
 
-python -m launch.sweep --sweep=launch/sweeps/llc_dynamics.py --root=sweeps/llc_dynamics --parallel=2
+    python -m launch.sweep --sweep=launch/sweeps/llc_dynamics.py --root=sweeps/llc_dynamics \\
+        --parallel=2
 """
 
 from launch.lib import product

@@ -1,7 +1,7 @@
 """The induction-patterning README row, over base seeds (each run trains 4 seeds per condition).
 
-python -m launch.sweep --sweep=launch/sweeps/patterning_induction.py
---root=sweeps/patterning_induction
+    python -m launch.sweep --sweep=launch/sweeps/patterning_induction.py \\
+        --root=sweeps/patterning_induction
 """
 
 from launch.lib import product

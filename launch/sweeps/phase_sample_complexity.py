@@ -1,8 +1,8 @@
 """The N³ weak-recovery exponent and the power-law speed-up (README rows), over independent base
 seeds.
 
-python -m launch.sweep --sweep=launch/sweeps/phase_sample_complexity.py
---root=sweeps/phase_sample_complexity
+    python -m launch.sweep --sweep=launch/sweeps/phase_sample_complexity.py \\
+        --root=sweeps/phase_sample_complexity
 """
 
 from launch.lib import product

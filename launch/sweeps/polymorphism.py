@@ -1,6 +1,7 @@
 """The polymorphism README rows, per optimizer and over base seeds (each run trains 4 seeds).
 
-python -m launch.sweep --sweep=launch/sweeps/polymorphism.py --root=sweeps/polymorphism --parallel=2
+    python -m launch.sweep --sweep=launch/sweeps/polymorphism.py --root=sweeps/polymorphism \\
+        --parallel=2
 """
 
 from launch.lib import product

@@ -1,8 +1,8 @@
 """The backdoor README row (10% poison) and its neighbours: how strongly does the target-class slice
 respond, relative to the unpoisoned drift, as the poison fraction changes?
 
-    python -m launch.sweep --sweep=launch/sweeps/tensor_similarity_backdoor.py
-    --root=sweeps/backdoor --parallel=2
+    python -m launch.sweep --sweep=launch/sweeps/tensor_similarity_backdoor.py \\
+        --root=sweeps/backdoor --parallel=2
 """
 
 from launch.lib import product

@@ -1,8 +1,8 @@
 """`python -m theory.haar_rotation` (a README Results row) over seeds: each member prints its checks
 and PASS or FAIL, which the launcher records in ROOT/<id>/launch_result.json and the results table.
 
-    python -m launch.sweep --sweep=launch/sweeps/theory_haar_rotation.py
-    --root=sweeps/theory_haar_rotation
+    python -m launch.sweep --sweep=launch/sweeps/theory_haar_rotation.py \\
+        --root=sweeps/theory_haar_rotation
 """
 
 from launch.lib import product

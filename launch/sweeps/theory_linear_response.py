@@ -2,8 +2,8 @@
 checks and PASS or FAIL, which the launcher records in ROOT/<id>/launch_result.json and the results
 table.
 
-    python -m launch.sweep --sweep=launch/sweeps/theory_linear_response.py
-    --root=sweeps/theory_linear_response
+    python -m launch.sweep --sweep=launch/sweeps/theory_linear_response.py \\
+        --root=sweeps/theory_linear_response
 """
 
 from launch.lib import product

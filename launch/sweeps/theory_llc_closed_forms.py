@@ -2,8 +2,8 @@
 checks and PASS or FAIL, which the launcher records in ROOT/<id>/launch_result.json and the results
 table.
 
-    python -m launch.sweep --sweep=launch/sweeps/theory_llc_closed_forms.py
-    --root=sweeps/theory_llc_closed_forms
+    python -m launch.sweep --sweep=launch/sweeps/theory_llc_closed_forms.py \\
+        --root=sweeps/theory_llc_closed_forms
 """
 
 from launch.lib import product

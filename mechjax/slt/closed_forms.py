@@ -76,8 +76,8 @@ def deep_linear_network(widths: Sequence[int], r: int) -> tuple[Fraction, int]:
   such that ``max_Σ M_j < min_{not Σ} M_k``, ``Σ_Σ M_j ≥ ℓ · max_Σ M_j`` and ``Σ_Σ M_j < ℓ ·
   min_{not Σ} M_k`` (Aoyagi 2024). With ``S = Σ_Σ M_j``, ``c = ⌈S/ℓ⌉`` and ``a = S − (c − 1) ℓ``:
 
-    λ = [−r² + r(H_0 + H_L)]/2 + a(ℓ − a)/(4ℓ) − ℓ(ℓ − 1)/4 · (S/ℓ)² + ½ Σ_{i<j ∈ Σ} M_i M_j, m =
-    a(ℓ − a) + 1.
+    λ = [−r² + r(H_0 + H_L)]/2 + a(ℓ − a)/(4ℓ) − ℓ(ℓ − 1)/4 · (S/ℓ)² + ½ Σ_{i<j ∈ Σ} M_i M_j,
+    m = a(ℓ − a) + 1.
 
   With two weight matrices this is :func:`reduced_rank_regression` (tested).
   """
