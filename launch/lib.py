@@ -36,6 +36,8 @@ import sys
 import time
 from typing import Any, Callable, Iterable
 
+from mechjax import report
+
 STATES = ("pending", "running", "done", "failed")
 LAUNCH_RESULT = (
   "launch_result.json"  # written by the launcher for modules that write nothing themselves
@@ -345,26 +347,14 @@ def _is_main_thread() -> bool:
 # Aggregation.
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-  """Scalars of a nested summary as ``{"a.b.c": value}``; lists of scalars are kept as JSON text."""
-  out = {}
-  if isinstance(tree, dict):
-    for k, v in tree.items():
-      out.update(flatten(v, f"{prefix}{k}."))
-  elif isinstance(tree, (int, float, str, bool)) or tree is None:
-    out[prefix[:-1]] = tree
-  elif isinstance(tree, list) and all(
-    isinstance(x, (int, float, str, bool)) or x is None for x in tree
-  ):
-    out[prefix[:-1]] = json.dumps(tree)
-  return out
+flatten = report.flatten  # a nested summary's scalars as {"a.b.c": value}
 
 
 def aggregate(
   root: str, members: list[Member], states: dict[str, str], figure: dict | None = None
 ) -> list[dict]:
-  """``ROOT/results.csv`` and ``ROOT/results.json``: one row per member (flags, state, flattened
-  summary)."""
+  """``ROOT/results.csv``, ``ROOT/results.json`` and ``ROOT/report.html``: one row per member
+  (flags, state, flattened summary); the report links each member's own ``report.html``."""
   rows = []
   for m in members:
     row = {"id": m.id, "experiment": m.experiment, "state": states.get(m.id, member_state(root, m))}
@@ -384,6 +374,7 @@ def aggregate(
       w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
   if figure is not None:
     plot_results(root, rows, figure)
+  report.write_sweep_report(root, rows)
   return rows
 
 

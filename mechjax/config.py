@@ -304,7 +304,24 @@ class Settings:
   On construction each field is converted to its declared type (lists become tuples, ints become
   floats where a float is declared) and checked; then :meth:`validate` checks combinations. Any
   refusal is a :class:`ConfigError` that names the setting and what it accepts.
+
+  A subclass's docstring gets an ``Attributes:`` section written from its settings' help texts, so
+  the help is written once, for ``--help`` and for ``help()`` alike.
   """
+
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    lines = []
+    for name in cls.__dict__.get("__annotations__", {}):
+      f = cls.__dict__.get(name)
+      meta = f.metadata.get(_META) if isinstance(f, dataclasses.Field) else None
+      if meta is None:
+        continue
+      text = meta.help or (f"the {type(f.default).__name__} group" if meta.group else "")
+      lines.append(f"    {name}: {' '.join(text.split())}")
+    doc = cls.__doc__ or f"The settings of {cls.__module__}."
+    if lines and "Attributes:" not in doc:
+      cls.__doc__ = doc.rstrip() + "\n\n  Attributes:\n" + "\n".join(lines) + "\n  "
 
   def __post_init__(self):
     kinds = _kinds(type(self))

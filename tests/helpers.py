@@ -24,3 +24,41 @@ def run_module(
     timeout=timeout,
     **kwargs,
   )
+
+
+def check_report(workdir) -> list[str]:
+  """Parses ``<workdir>/report.html`` and checks that it shows every figure in ``figures/`` (each
+  ``<img>`` pointing at a file that exists), the config's settings and the run metadata; returns the
+  figures it shows."""
+  import html.parser
+  import json
+
+  workdir = os.fspath(workdir)
+
+  class Parser(html.parser.HTMLParser):
+    def __init__(self):
+      super().__init__()
+      self.images, self.text = [], []
+
+    def handle_starttag(self, tag, attrs):
+      if tag == "img":
+        self.images.append(dict(attrs)["src"])
+
+    def handle_data(self, data):
+      self.text.append(data)
+
+  parser = Parser()
+  with open(os.path.join(workdir, "report.html")) as f:
+    parser.feed(f.read())
+  text = "".join(parser.text)
+  figures = sorted(f"figures/{n}" for n in os.listdir(os.path.join(workdir, "figures")))
+  assert figures, "the run wrote no figures"
+  assert sorted(parser.images) == figures, (parser.images, figures)
+  for src in parser.images:
+    assert os.path.isfile(os.path.join(workdir, src)), src
+  with open(os.path.join(workdir, "config.json")) as f:
+    for key in json.load(f):
+      assert key in text, f"report.html does not show the setting {key}"
+  for key in ("mechjax.version", "packages.jax", "devices.count", "command.argv"):
+    assert key in text, f"report.html does not show {key}"
+  return parser.images

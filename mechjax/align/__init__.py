@@ -1,0 +1,42 @@
+"""Rotation alignment: orthogonal Procrustes between two models' activations, transfer of SAE
+dictionaries and steering vectors through the fitted rotation, and tests of whether a rotation looks
+Haar-random or privileged.
+
+Example::
+
+    from mechjax import align
+    fit = align.procrustes_fit(acts_a, acts_b)  # acts: (samples, d); fit.R is (d, d)
+    tests = align.haar_test(fit.R, jax.random.key(0))
+"""
+
+from mechjax.align.haar import eigenangle_density
+from mechjax.align.haar import eigenangles
+from mechjax.align.haar import haar_orthogonal
+from mechjax.align.haar import haar_test
+from mechjax.align.haar import privileged_basis_test
+from mechjax.align.haar import signed_permutation_distance
+from mechjax.align.procrustes import ProcrustesFit
+from mechjax.align.procrustes import generalized_procrustes
+from mechjax.align.procrustes import orthogonal_procrustes
+from mechjax.align.procrustes import procrustes_fit
+from mechjax.align.transfer import diff_of_means
+from mechjax.align.transfer import explained_variance
+from mechjax.align.transfer import rotate_vector
+from mechjax.align.transfer import transfer_reconstruct
+
+__all__ = [
+  "ProcrustesFit",
+  "diff_of_means",
+  "eigenangle_density",
+  "eigenangles",
+  "explained_variance",
+  "generalized_procrustes",
+  "haar_orthogonal",
+  "haar_test",
+  "orthogonal_procrustes",
+  "privileged_basis_test",
+  "procrustes_fit",
+  "rotate_vector",
+  "signed_permutation_distance",
+  "transfer_reconstruct",
+]

@@ -29,7 +29,17 @@ def haar_orthogonal(
 ) -> jax.Array:
   """Haar-random ``(*shape, d, d)`` matrices in O(d), or in SO(d) with ``special`` (first column's
   sign flipped where ``det = −1``, which maps the Haar measure on that coset onto the one on
-  SO(d))."""
+  SO(d)).
+
+  Args:
+    key: PRNG key.
+    d: dimension of each matrix, a positive integer.
+    special: sample from SO(d) (``det = +1``) instead of all of O(d).
+    shape: leading batch shape; ``()`` gives a single ``(d, d)`` matrix.
+
+  Returns:
+    ``(*shape, d, d)`` orthogonal matrices, independent Haar draws.
+  """
   if int(d) < 1:
     raise ValueError(f"d must be a positive integer; got {d}")
   q = jax.random.orthogonal(key, int(d), shape)
@@ -162,6 +172,19 @@ def haar_test(r, key: jax.Array, num_null: int = 199) -> dict[str, dict[str, flo
   ``num_null`` Haar matrices of the same ``d`` and determinant; the eigen-angle reference CDF comes
   from an independent pool of Haar eigen-angles. p-values are ``(1 + #{null at least as extreme}) /
   (1 + num_null)``.
+
+  Args:
+    r: the ``(d, d)`` orthogonal matrix to test, ``d ≥ 2`` (array-like; e.g. a fitted Procrustes
+      rotation). Its determinant sign picks the coset the null is drawn from.
+    key: PRNG key for the null sample and the eigen-angle reference pool.
+    num_null: number of Haar null matrices, at least 19; p-values have resolution
+      ``1 / (num_null + 1)``.
+
+  Returns:
+    A dict keyed by statistic (``"frobenius_to_identity"``, ``"trace"``,
+    ``"signed_permutation_distance"``, ``"max_abs_entry_per_row"``, ``"entry_kurtosis"``,
+    ``"eigenangle_ks"``), each entry the dict described above; ``"tail"`` is ``"upper"``,
+    ``"lower"`` or ``"two-sided"``.
   """
   r = np.asarray(r, np.float64)
   if r.ndim != 2 or r.shape[0] != r.shape[1] or r.shape[0] < 2:
@@ -214,7 +237,14 @@ def privileged_basis_test(
   second model and no full-rank cross-covariance. At most ``max_rows`` rows (evenly spaced) are
   used.
 
-  Returns ``{"value", "null_mean", "null_sd", "p_value"}``.
+  Args:
+    x: activations of shape ``(n, d)`` with ``d ≥ 4`` (array-like, one row per input).
+    key: PRNG key for the Haar rotations of the null.
+    num_null: number of Haar-rotated copies ``x @ Q`` in the null, at least 19.
+    max_rows: the most rows used; a larger ``x`` is subsampled at evenly spaced rows.
+
+  Returns:
+    ``{"value", "null_mean", "null_sd", "p_value"}``.
   """
   x = np.asarray(x, np.float64)
   if x.ndim != 2 or x.shape[1] < 4:

@@ -26,6 +26,18 @@ import numpy as np
 
 
 class ProcrustesFit(NamedTuple):
+  """The result of :func:`procrustes_fit`, batched over the inputs' leading axes.
+
+  Attributes:
+    R: ``(..., d, d)`` the fitted orthogonal map, ``source @ R ≈ target`` (in SO(d) with
+      ``special``).
+    scale: ``(...,)`` the fitted isotropic scale ``s`` of ``s · source @ R ≈ target``; ones unless
+      fitted with ``scale=True``.
+    singular_values: ``(..., d)`` singular values of the cross-covariance ``M = Aᵀ B``, descending,
+      before any Kabsch sign flip.
+    rank: ``(...,)`` numerical rank of ``M``: the number of singular values above ``rtol · σ_max``.
+  """
+
   R: jax.Array  # (..., D, D)
   scale: jax.Array  # (...,) the fitted isotropic scale (1 unless scale=True)
   singular_values: jax.Array  # (..., D) of the cross-covariance M = Aᵀ B
@@ -109,6 +121,17 @@ def orthogonal_procrustes(
   ``scale``.
 
   Warns when the cross-covariance is rank-deficient (for concrete inputs): see the module docstring.
+
+  Args:
+    source: ``A``, shape ``(..., n, d)``: the activations to be rotated.
+    target: ``B``, same shape: the activations to match.
+    center: subtract each column's mean from both first (the mean offset is then not part of the
+      map).
+    special: restrict ``R`` to SO(d) (det +1) with the Kabsch correction.
+    scale: also fit an isotropic scale ``s`` with ``s A R ≈ B``, and return it.
+
+  Returns:
+    ``R`` of shape ``(..., d, d)``, or ``(R, s)`` with ``s`` of shape ``(...,)`` when ``scale``.
   """
   fit = procrustes_fit(source, target, center=center, special=special, scale=scale)
   if not isinstance(fit.rank, jax.core.Tracer):

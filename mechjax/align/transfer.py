@@ -37,6 +37,16 @@ def transfer_reconstruct(
   (``x_tgt @ Rᵀ / s``), encode and decode there, and map back (``s · … @ R``).
 
   ``scale`` is ``s`` of a similarity fit ``s · x_src @ R ≈ x_tgt`` (1 for a pure rotation).
+
+  Args:
+    reconstruct_src: the source-frame reconstruction, mapping ``(..., d)`` activations to their
+      encoded-and-decoded approximation of the same shape (e.g. an SAE's ``x̂``).
+    x_tgt: target-model activations, shape ``(..., d)``.
+    r: the ``(d, d)`` rotation with ``x_src @ r ≈ x_tgt`` (a single matrix, not a batch).
+    scale: the similarity scale ``s`` (a scalar); 1.0 for a pure rotation.
+
+  Returns:
+    The reconstruction of ``x_tgt``, in the target frame and of the same shape.
   """
   return scale * reconstruct_src(x_tgt @ r.T / scale) @ r
 

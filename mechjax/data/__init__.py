@@ -1,0 +1,35 @@
+"""Synthetic data generated on the device: Fourier-phase inputs (power-law amplitudes, controlled
+phases), parenthesis strings, Dyck-k sequences and token sequences with repeated halves.
+
+Each module is a namespace of its own (``data.fourier``, ``data.parens``, ``data.dyck``,
+``data.repeats``); the Fourier tasks' samplers are also exported here.
+
+Example::
+
+    from mechjax import data
+    x, y = data.sample_phase_task(jax.random.key(0), 256, shape=32, alpha=1.0)  # x: (256, 32)
+"""
+
+from mechjax.data import dyck
+from mechjax.data import fourier
+from mechjax.data import parens
+from mechjax.data import repeats
+from mechjax.data.fourier import colour
+from mechjax.data.fourier import phase_scramble
+from mechjax.data.fourier import power_law_amplitudes
+from mechjax.data.fourier import sample_amplitude_task
+from mechjax.data.fourier import sample_phase_task
+from mechjax.data.fourier import whiten_amplitudes
+
+__all__ = [
+  "colour",
+  "dyck",
+  "fourier",
+  "parens",
+  "phase_scramble",
+  "power_law_amplitudes",
+  "repeats",
+  "sample_amplitude_task",
+  "sample_phase_task",
+  "whiten_amplitudes",
+]

@@ -404,6 +404,13 @@ def sample_amplitude_task(
   phases and unit pixel variance, so only the shape of the power spectrum (pairwise correlations)
   separates them.
 
+  Args:
+    key: PRNG key.
+    num_samples: total number of samples, at least 2; ``num_samples // 2`` are class 1.
+    shape: ``(N,)`` or ``(H, W)`` (an int ``N`` means ``(N,)``).
+    alpha0: power-spectrum exponent of class 0 (may be traced).
+    alpha1: power-spectrum exponent of class 1 (may be traced).
+
   Returns:
     ``(x, y)``: ``x`` float32 ``(num_samples, *shape)``, ``y`` int32 ``(num_samples,)``, classes
     alternating.

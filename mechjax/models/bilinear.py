@@ -67,6 +67,12 @@ class Bilinear(nn.Module):
 
   ``project=False`` has no ``D``: then ``hidden`` must equal ``features`` (or be None) and ``y = (L
   x̃) ⊙ (R x̃)``.
+
+  Attributes:
+    features: output width (the rows of ``D``).
+    hidden: number of hidden units, the rows of ``L`` and ``R``; None means ``features``.
+    use_bias: read ``x̃ = [1; x]``, a bias folded into ``L`` and ``R`` as an extra first column.
+    project: apply the output matrix ``D``; False returns the hidden products themselves.
   """
 
   features: int
@@ -98,7 +104,14 @@ class Bilinear(nn.Module):
 
 
 class BilinearBlock(nn.Module):
-  """A bilinear MLP ``D[(L x̃) ⊙ (R x̃)]`` of width ``hidden``, added to ``x`` when ``residual``."""
+  """A bilinear MLP ``D[(L x̃) ⊙ (R x̃)]`` of width ``hidden``, added to ``x`` when ``residual``.
+
+  Attributes:
+    hidden: number of hidden units of the bilinear MLP.
+    use_bias: read ``x̃ = [1; x]`` (a bias folded into ``L`` and ``R``), as in :class:`Bilinear`.
+    residual: add the MLP's output to its input; the output width must then equal the input's.
+    features: output width; None keeps the input's width (required when ``residual``).
+  """
 
   hidden: int
   use_bias: bool = False
@@ -119,7 +132,16 @@ class BilinearBlock(nn.Module):
 class BilinearNet(nn.Module):
   """``head ∘ block_depth ∘ … ∘ block_1 ∘ embed``: a linear embedding to ``d_model``, ``depth``
   bilinear blocks of width ``hidden`` (residual unless ``residual=False``) and a linear head to
-  ``features``."""
+  ``features``.
+
+  Attributes:
+    features: output width of the linear head (e.g. the number of classes).
+    d_model: width of the embedding and of the stream between blocks.
+    hidden: number of hidden units in each bilinear block.
+    depth: number of bilinear blocks.
+    use_bias: fold a bias into every block's ``L`` and ``R`` (the embedding and head have none).
+    residual: add each block's output to its input (a residual stream).
+  """
 
   features: int
   d_model: int = 32

@@ -18,6 +18,14 @@ import jax.numpy as jnp
 
 
 class SAE(nn.Module):
+  """A sparse autoencoder (module docstring): ``x_NxD -> (x̂, f)``, the reconstruction and the
+  latent codes.
+
+  Attributes:
+    num_latents: the dictionary size.
+    top_k: keep the ``k`` largest latents per input (TopK SAE); None: ReLU codes with an L1 penalty.
+  """
+
   num_latents: int
   top_k: int | None = None
 
@@ -76,7 +84,18 @@ def decoder(params) -> jax.Array:
 
 def sae_loss(model: SAE, params, x_NxD, l1: float = 1e-3):
   """``(loss, metrics)``: ``mean‖x − x̂‖²/d + l1·mean‖f‖₁`` and the reconstruction MSE, L0 and
-  L1."""
+  L1.
+
+  Args:
+    model: the :class:`SAE` module; with ``top_k`` set the L1 term is dropped.
+    params: its variables, as returned by ``model.init`` (``{"params": ...}``).
+    x_NxD: activations to reconstruct, shape ``(N, d)`` (any leading batch axes).
+    l1: weight of the L1 sparsity penalty on the codes (ignored for TopK).
+
+  Returns:
+    ``(loss, metrics)``: the scalar loss and ``{"mse", "l0", "l1"}``: the mean squared error per
+    entry, the mean number of active latents per input and the mean ``‖f‖₁`` per input.
+  """
   x_hat, f = model.apply(params, x_NxD)
   mse = jnp.mean((x_hat - x_NxD) ** 2)
   l1_term = jnp.mean(jnp.sum(jnp.abs(f), axis=-1))

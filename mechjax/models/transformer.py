@@ -62,6 +62,21 @@ class Attention(nn.Module):
 
 
 class Transformer(nn.Module):
+  """The decoder-only pre-norm transformer of the module docstring, mapping ``tokens_BxT`` to a dict
+  of readout logits ``{name: (B, T, size)}`` (and the residual sites with ``return_sites``).
+
+  Attributes:
+    vocab_size: number of token ids (rows of the token embedding).
+    heads: the readout heads as ``(name, size)`` pairs, each a linear map of the final normed
+      stream to ``size`` outputs.
+    d_model: width of the residual stream; must be divisible by ``num_heads``.
+    num_layers: number of blocks.
+    num_heads: attention heads per layer, each of width ``d_model // num_heads``.
+    d_mlp: hidden width of each ReLU MLP.
+    max_len: longest sequence accepted (rows of the learned position embedding).
+    attn_only: drop the MLPs, leaving attention-only blocks.
+  """
+
   vocab_size: int
   heads: tuple[tuple[str, int], ...] = (("token", 8),)
   d_model: int = 64

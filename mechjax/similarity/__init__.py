@@ -1,0 +1,51 @@
+"""Similarity of networks: the symmetry-invariant tensor similarity of bilinear (multilinear)
+networks, computed layer by layer, and the usual output and representational baselines.
+
+Example::
+
+    from mechjax import similarity
+    from mechjax.models import bilinear
+    s = similarity.tensor_similarity(
+        bilinear.to_layers(net, params_a), bilinear.to_layers(net, params_b)
+    )
+"""
+
+from mechjax.similarity.representational import linear_cka
+from mechjax.similarity.representational import mean_cca
+from mechjax.similarity.representational import procrustes_distance
+from mechjax.similarity.tensor import brute_force_inner
+from mechjax.similarity.tensor import cka_matrix
+from mechjax.similarity.tensor import cosine_matrix
+from mechjax.similarity.tensor import fold_single_bilinear
+from mechjax.similarity.tensor import gaussian_inner
+from mechjax.similarity.tensor import log_gram
+from mechjax.similarity.tensor import materialize
+from mechjax.similarity.tensor import monte_carlo_inner
+from mechjax.similarity.tensor import multilinear_apply
+from mechjax.similarity.tensor import output_cosine
+from mechjax.similarity.tensor import similarity_matrix
+from mechjax.similarity.tensor import slice_similarity
+from mechjax.similarity.tensor import tensor_inner
+from mechjax.similarity.tensor import tensor_similarity
+from mechjax.similarity.tensor import weight_cosine
+
+__all__ = [
+  "brute_force_inner",
+  "cka_matrix",
+  "cosine_matrix",
+  "fold_single_bilinear",
+  "gaussian_inner",
+  "linear_cka",
+  "log_gram",
+  "materialize",
+  "mean_cca",
+  "monte_carlo_inner",
+  "multilinear_apply",
+  "output_cosine",
+  "procrustes_distance",
+  "similarity_matrix",
+  "slice_similarity",
+  "tensor_inner",
+  "tensor_similarity",
+  "weight_cosine",
+]

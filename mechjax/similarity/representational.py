@@ -57,7 +57,17 @@ def _hsic_unbiased_feature_space(x, y):
 
 def linear_cka(x: jax.Array, y: jax.Array, debiased: bool = False) -> jax.Array:
   """Linear CKA between ``x_NxD`` and ``y_NxE`` (feature-space formulas; batched over leading
-  axes)."""
+  axes).
+
+  Args:
+    x: activations of shape ``(..., n, d)``.
+    y: activations of the same inputs, shape ``(..., n, e)``.
+    debiased: use the unbiased HSIC estimator (Song et al. 2012); needs ``n ≥ 4`` and can be
+      negative.
+
+  Returns:
+    ``(...,)`` CKA values (in ``[0, 1]`` for the biased estimator).
+  """
   _check(x, y)
   if debiased:
     if x.shape[-2] < 4:
@@ -84,7 +94,17 @@ def procrustes_distance(x: jax.Array, y: jax.Array) -> jax.Array:
 
 def mean_cca(x: jax.Array, y: jax.Array, rtol: float = 1e-6) -> jax.Array:
   """Mean canonical correlation between the centred column spaces of ``x`` and ``y`` (directions
-  with singular value below ``rtol · σ_max`` are dropped as rank-deficient)."""
+  with singular value below ``rtol · σ_max`` are dropped as rank-deficient).
+
+  Args:
+    x: activations of shape ``(..., n, d)``.
+    y: activations of the same inputs, shape ``(..., n, e)``.
+    rtol: relative cut-off on the singular values of each centred matrix for its column-space
+      basis.
+
+  Returns:
+    ``(...,)``: the sum of the canonical correlations divided by the smaller of the two ranks.
+  """
   _check(x, y)
 
   def basis(a):

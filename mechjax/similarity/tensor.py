@@ -83,6 +83,18 @@ def log_gram(a, b, *, symmetrize: bool = True) -> tuple[jax.Array, jax.Array]:
   (module doc).
 
   ``⟨T_a, T_b⟩ = exp(c) tr Ĝ``; ``exp(c) Ĝ_kk`` is the inner product of the output-``k`` slices.
+
+  Args:
+    a: the first network in the weight format of :mod:`mechjax.models.bilinear` (a list of layer
+      dicts, or one layer dict).
+    b: the second network, with the same input and output widths as ``a`` and the same sequence
+      of layer kinds (layer ``i`` is paired with layer ``i``).
+    symmetrize: use the node-wise symmetrised tensor (average each bilinear node with its
+      ``L ↔ R`` swap); False uses the raw, unsymmetrised tensor.
+
+  Returns:
+    ``(c, Ĝ)``: the scalar log-scale ``c`` and the normalised ``(o_a, o_b)`` Gram matrix ``Ĝ``
+    (``max |Ĝ| = 1`` unless ``G = 0``).
   """
   a, b = _networks(a, b)
   kinds_a, kinds_b = [bl.layer_kind(x) for x in a], [bl.layer_kind(x) for x in b]
@@ -132,6 +144,20 @@ def tensor_inner(
   ``constant=True``); exact, and only for networks with one bilinear layer (module doc).
   May overflow for very deep or large networks; :func:`log_gram` and :func:`tensor_similarity` do
   not.
+
+  Args:
+    a: the first network in the weight format of :mod:`mechjax.models.bilinear` (a list of layer
+      dicts, or one layer dict).
+    b: the second network, with the same input and output widths as ``a``.
+    measure: ``"frobenius"`` (the tensors' Frobenius inner product, any depth) or ``"gaussian"``
+      (the same-input Gaussian expectation, one bilinear layer only).
+    symmetrize: use the node-wise symmetrised tensor (average each bilinear node with its
+      ``L ↔ R`` swap); False uses the raw, unsymmetrised tensor. Used by ``"frobenius"`` only.
+    constant: with ``measure="gaussian"``, the networks read ``[1; x]``: their first input
+      coordinate is the constant 1 and only the rest is Gaussian. Ignored for ``"frobenius"``.
+
+  Returns:
+    The scalar inner product.
   """
   if measure == "frobenius":
     c, g = log_gram(a, b, symmetrize=symmetrize)
@@ -179,6 +205,16 @@ def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
   Writing each output as ``f_k = c_k + b_k·x + xᵀQ_k x`` (``c = b = 0`` unless ``constant``, when
   the network reads ``[1; x]``): ``E f_a f_b = Σ_k [2 tr(Q_ak^s Q_bk^s) + tr Q_ak tr Q_bk +
   b_ak·b_bk + c_ak c_bk + c_ak tr Q_bk + c_bk tr Q_ak]``. Nothing of size ``d²·o`` is formed.
+
+  Args:
+    a: the first network in the weight format of :mod:`mechjax.models.bilinear`, with exactly one
+      bilinear layer (linear layers around it are folded in).
+    b: the second network, likewise, with the same input and output widths as ``a``.
+    constant: the networks read ``[1; x]``: the first input coordinate is the constant 1 and only
+      the remaining ``in − 1`` are Gaussian.
+
+  Returns:
+    The scalar expectation.
   """
   a, b = _networks(a, b)
   fa, fb = fold_single_bilinear(a), fold_single_bilinear(b)
@@ -209,7 +245,22 @@ def tensor_similarity(
   a, b, *, measure: str = "frobenius", symmetrize: bool = True, constant: bool = False
 ) -> jax.Array:
   """``⟨T_a, T_b⟩ / (‖T_a‖ ‖T_b‖)``, in ``[-1, 1]``; 1 iff the tensors are positively
-  proportional."""
+  proportional.
+
+  Args:
+    a: the first network in the weight format of :mod:`mechjax.models.bilinear` (a list of layer
+      dicts, or one layer dict).
+    b: the second network, with the same input and output widths as ``a``.
+    measure: ``"frobenius"`` (the tensors' Frobenius inner product, any depth) or ``"gaussian"``
+      (the same-input Gaussian inner product, one bilinear layer only).
+    symmetrize: use the node-wise symmetrised tensor (average each bilinear node with its
+      ``L ↔ R`` swap); False uses the raw, unsymmetrised tensor. Used by ``"frobenius"`` only.
+    constant: with ``measure="gaussian"``, the networks read ``[1; x]``: their first input
+      coordinate is the constant 1 and only the rest is Gaussian. Ignored for ``"frobenius"``.
+
+  Returns:
+    The scalar cosine similarity.
+  """
   if measure == "gaussian":
     ab, aa, bb = (gaussian_inner(x, y, constant=constant) for x, y in ((a, b), (a, a), (b, b)))
     return ab / jnp.sqrt(aa * bb)
@@ -224,7 +275,19 @@ def tensor_similarity(
 def slice_similarity(a, b, *, symmetrize: bool = True) -> jax.Array:
   """Per-output tensor similarity: entry ``k`` compares the output-``k`` slices ``T_a[k]`` and
   ``T_b[k]`` (for a classifier, how alike the two networks compute class ``k``'s logit). Shape
-  ``(o,)``."""
+  ``(o,)``.
+
+  Args:
+    a: the first network in the weight format of :mod:`mechjax.models.bilinear` (a list of layer
+      dicts, or one layer dict).
+    b: the second network, with the same input and output widths as ``a`` and the same sequence
+      of layer kinds.
+    symmetrize: use the node-wise symmetrised tensor (average each bilinear node with its
+      ``L ↔ R`` swap); False uses the raw, unsymmetrised tensor.
+
+  Returns:
+    ``(o,)`` cosine similarities, one per output.
+  """
   (cab, gab), (caa, gaa), (cbb, gbb) = (
     log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b))
   )
@@ -239,6 +302,17 @@ def similarity_matrix(
   With ``slice_index`` the entries compare that output slice only. The networks must share one
   structure (layer kinds and shapes), as checkpoints of one run do; the pairs are one vmapped
   program.
+
+  Args:
+    networks: ``K ≥ 1`` networks in the weight format of :mod:`mechjax.models.bilinear`, all of one
+      structure.
+    symmetrize: use the node-wise symmetrised tensor (average each bilinear node with its
+      ``L ↔ R`` swap); False uses the raw, unsymmetrised tensor.
+    slice_index: an output index ``k``: compare only the slices ``T[k]``; None compares the whole
+      tensors.
+
+  Returns:
+    A symmetric ``(K, K)`` float64 numpy array of cosine similarities (ones on the diagonal).
   """
   nets = [bl.validate(n) for n in networks]
   if not nets:
@@ -283,7 +357,18 @@ def similarity_matrix(
 
 def multilinear_apply(layers, xs, *, symmetrize: bool = True) -> jax.Array:
   """``T(x₁, …, x_m)``: the network's node-wise tensor on ``m = 2ⁿ`` separate inputs ``xs`` of shape
-  ``(m, ..., in)`` (``n`` bilinear layers). With all copies equal this is ``f(x)``."""
+  ``(m, ..., in)`` (``n`` bilinear layers). With all copies equal this is ``f(x)``.
+
+  Args:
+    layers: the network in the weight format of :mod:`mechjax.models.bilinear`.
+    xs: ``(m, ..., in)`` input copies, ``m = 2ⁿ``; each bilinear layer pairs consecutive groups
+      (copies ``0, 1``, then ``2, 3``, …).
+    symmetrize: average each bilinear node over the swap of its two inputs (the node-wise
+      symmetrised tensor); False evaluates the raw tensor.
+
+  Returns:
+    ``(..., out)``: the multilinear form's value for each batch entry.
+  """
   layers = bl.validate(layers)
   m = 2 ** bl.num_bilinear(layers)
   if xs.shape[0] != m:
@@ -319,7 +404,22 @@ def monte_carlo_inner(
 ) -> tuple[float, float]:
   """Monte-Carlo ``E⟨f_a(x), f_b(x)⟩`` over ``x ~ N(0, I)`` (or, with ``independent_copies``, of the
   multilinear forms on independent copies, whose mean is exactly ``⟨T_a, T_b⟩``). Returns (mean,
-  s.e.)."""
+  s.e.).
+
+  Args:
+    a: the first network in the weight format of :mod:`mechjax.models.bilinear` (a list of layer
+      dicts, or one layer dict).
+    b: the second network, with the same input and output widths as ``a``.
+    key: PRNG key for the Gaussian inputs.
+    num_samples: number of samples averaged (at least 2 for a standard error).
+    independent_copies: draw ``2ⁿ`` independent inputs per sample and evaluate the node-wise
+      symmetrised multilinear forms; both networks must have ``n`` bilinear layers.
+    constant: the networks read ``[1; x]``: a constant 1 is prepended to each Gaussian sample.
+    batch: samples drawn per jitted chunk (memory against the number of dispatches).
+
+  Returns:
+    ``(mean, standard_error)`` as Python floats.
+  """
   a, b = _networks(a, b)
   d = bl.input_dim(a) - (1 if constant else 0)
   m = 2 ** max(bl.num_bilinear(a), bl.num_bilinear(b)) if independent_copies else 1
@@ -373,7 +473,20 @@ def _materialize(layers, symmetrize):
 
 
 def brute_force_inner(a, b, *, symmetrize: bool = True) -> jax.Array:
-  """``⟨T_a, T_b⟩`` from the materialised tensors."""
+  """``⟨T_a, T_b⟩`` from the materialised tensors.
+
+  For checks on small networks only: the tensors have ``in^(2ⁿ)`` entries per output.
+
+  Args:
+    a: the first network in the weight format of :mod:`mechjax.models.bilinear` (a list of layer
+      dicts, or one layer dict).
+    b: the second network, with the same input and output widths as ``a``.
+    symmetrize: use the node-wise symmetrised tensor (average each bilinear node with its
+      ``L ↔ R`` swap); False uses the raw, unsymmetrised tensor.
+
+  Returns:
+    The scalar inner product.
+  """
   a, b = _networks(a, b)
   return _brute_force_inner(a, b, symmetrize)
 
@@ -406,7 +519,16 @@ def output_cosine(ya: jax.Array, yb: jax.Array, *, center: bool = False) -> jax.
   """Behavioural similarity: cosine between two networks' outputs ``(N, o)`` on the same inputs,
   flattened.
 
-  ``center=True`` subtracts each input's mean logit first (softmax ignores that shift)."""
+  ``center=True`` subtracts each input's mean logit first (softmax ignores that shift).
+
+  Args:
+    ya: the first network's outputs, shape ``(N, o)``.
+    yb: the second network's outputs on the same inputs, same shape.
+    center: subtract each row's mean over the last axis from both before comparing.
+
+  Returns:
+    The scalar cosine of the flattened outputs.
+  """
   if ya.shape != yb.shape:
     raise ValueError(f"outputs must have the same shape (N, o); got {ya.shape} and {yb.shape}")
   if center:

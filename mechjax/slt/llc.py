@@ -42,6 +42,19 @@ class ChainDivergedError(FloatingPointError):
 
 @dataclasses.dataclass
 class LLCResult:
+  """What :func:`estimate_llc` returns.
+
+  Attributes:
+    llc_mean: the LLC estimate ``λ̂ = nβ·(E[L_B(w)] − E[L_B(w*)])``, averaged over chains.
+    llc_std: the standard deviation of the per-chain estimates.
+    llc_per_chain: ``(num_chains,)`` per-chain estimates.
+    loss_trace: ``(num_chains, num_draws)`` minibatch losses at the draws, burn-in excluded.
+    init_loss: ``L_n(w*)``.
+    diagnostics: sampler health, averaged over the draws: ``mala_acceptance`` (with MALA on),
+      ``drift_norm_mean``, ``noise_norm_mean``, ``distance_mean`` and ``distance_final`` from
+      ``w*``, ``fraction_below_init_loss``, and the ``nbeta`` used.
+  """
+
   llc_mean: float
   llc_std: float
   llc_per_chain: np.ndarray  # (num_chains,)
@@ -52,7 +65,9 @@ class LLCResult:
 
 def init_loss(loss_fn: Callable, params, data, key: jax.Array, batch_size: int) -> float:
   """``L_n(w*)``: over all of ``data`` when it is small, else over ``INIT_LOSS_BATCHES`` seeded
-  batches."""
+  batches (of a sampler ``sample_batch(key) -> batch``, always the latter)."""
+  if sgld.is_sampler(data):
+    return float(_sampled_loss(loss_fn, data)(params, rng.fold(key, "init-loss")))
   n = jax.tree.leaves(data)[0].shape[0]
   if n <= FULL_INIT_LOSS_MAX:
     return float(_jitted(loss_fn)(params, data))
@@ -62,6 +77,16 @@ def init_loss(loss_fn: Callable, params, data, key: jax.Array, batch_size: int) 
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
 def _jitted(loss_fn):
   return jax.jit(loss_fn)
+
+
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _sampled_loss(loss_fn, sample_batch):
+  @jax.jit
+  def mean_over_batches(params, key):
+    one = lambda k: loss_fn(params, sample_batch(k))  # noqa: E731
+    return jnp.mean(jax.lax.map(one, jax.random.split(key, INIT_LOSS_BATCHES)))
+
+  return mean_over_batches
 
 
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
@@ -103,8 +128,14 @@ def estimate_llc(
     loss_fn: ``loss_fn(params, batch)``, the mean loss over the batch. Pass the same function on
       every call (not a new lambda) so that the compiled sampler is reused
       (:mod:`mechjax.slt.sgld`).
-    params: the point w* (a pytree).
-    data: a pytree of arrays whose leading axis is the sample axis (n samples).
+    params: the point w* (a pytree). Non-float leaves (integer or boolean arrays) are held fixed;
+      only the float leaves are sampled.
+    data: a pytree of arrays whose leading axis is the sample axis (n samples); or a device-side
+      sampler ``sample_batch(key) -> batch`` of ``batch_size`` samples, for data generated on the
+      fly or too large to hold. With a sampler every SGLD step sees a fresh batch from the data
+      distribution, so the estimate is of the population LLC at sample size ``n`` where
+      ``nbeta`` (required then) is ``n / ln n``, and ``L(w*)`` is averaged over
+      ``INIT_LOSS_BATCHES`` batches. Pass the same sampler function on every call.
     key: every random choice (minibatches, noise, the init-loss batches) derives from it; the same
       key gives the same result bit for bit.
     num_chains, num_draws, num_burnin: each chain takes ``num_burnin + num_draws`` steps; the first
@@ -133,7 +164,7 @@ def estimate_llc(
   )
   if param_mask is not None and jax.tree.structure(param_mask) != jax.tree.structure(params):
     raise ValueError("param_mask must be a pytree with the same structure as params (0/1 arrays)")
-  s = s.resolved(jax.tree.leaves(data)[0].shape[0])
+  s, _ = sgld.resolve_data(s, data)
   traces = jax.device_get(sgld.sample_chains(loss_fn, params, data, key, s, param_mask=param_mask))
   loss_all = np.asarray(traces["loss"], np.float64)
   first = loop.first_nonfinite(loss_all)

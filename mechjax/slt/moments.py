@@ -19,9 +19,15 @@ import jax.numpy as jnp
 
 
 class Moments(NamedTuple):
-  """Running first and cross moments of ``(φ, ΔL)`` draws: ``count``, the means, and the
-  cross-moment ``Σ (φ − φ̄)(ΔL − ΔL̄)ᵀ``. A pytree, so it can be carried through ``lax.scan`` and
-  vmapped over chains."""
+  """Running first and cross moments of ``(φ, ΔL)`` draws. A pytree, so it can be carried through
+  ``lax.scan`` and vmapped over chains.
+
+  Attributes:
+    count: ``()``, the number of draws.
+    mean_phi: ``(K,)``, the mean of the observables φ.
+    mean_dloss: ``(M,)``, the mean of the loss changes ΔL.
+    comoment: ``(K, M)``, ``Σ (φ − φ̄)(ΔL − ΔL̄)ᵀ``.
+  """
 
   count: jax.Array  # ()
   mean_phi: jax.Array  # (K,)

@@ -116,8 +116,17 @@ def weighted_problem(
 
   Each step draws ``batch_size`` samples with replacement from ``Categorical(weights)`` (from the
   step's key, so runs stay reproducible and resumable) and minimises their mean ``per_sample_loss``;
-  its expectation is the re-weighted loss ``Σ_i weights_i ℓ_i``. ``per_sample_loss`` may return
-  per-token losses ``(B, T)``; they are averaged.
+  its expectation is the re-weighted loss ``Σ_i weights_i ℓ_i``.
+
+  Args:
+    init: ``init(key) -> params``.
+    per_sample_loss: ``per_sample_loss(params, batch) -> (B,)`` or per-token ``(B, T)`` losses
+      (averaged).
+    data: the training samples, a pytree of arrays with the samples first (n of them).
+    weights: ``(n,)`` non-negative sampling weights with a positive sum (normalised here), e.g. from
+      :func:`sample_weights`.
+    batch_size: samples drawn per step.
+    evaluate: the problem's ``evaluate(params, key) -> metrics``, or None.
   """
   w = np.asarray(weights, np.float64)
   n = jax.tree.leaves(data)[0].shape[0]
@@ -135,10 +144,18 @@ def weighted_problem(
 
 
 def group_response(response, group_ids, num_groups: int | None = None) -> np.ndarray:
-  """The response to shifting weight toward each *group* of probes: ``(K, G)``, the mean of its
-  members' columns. Exact, because the response is linear in the target distribution ``q′``, and the
-  group's ``q′`` is the uniform mixture of its members' point masses. Groups with no member get NaN
-  columns."""
+  """The response to shifting weight toward each *group* of probes: the mean of its members'
+  columns. Exact, because the response is linear in the target distribution ``q′``, and the group's
+  ``q′`` is the uniform mixture of its members' point masses.
+
+  Args:
+    response: ``(K, M)`` (or ``(M,)``) responses of K observables to M probes.
+    group_ids: ``(M,)`` non-negative group index of each probe column.
+    num_groups: G; by default one more than the largest id.
+
+  Returns:
+    ``(K, G)``; a group with no member gets a NaN column.
+  """
   j = np.asarray(response, np.float64)
   j = j[None] if j.ndim == 1 else j
   g = np.asarray(group_ids)

@@ -175,6 +175,44 @@ def _tree_dot(a, b):
   return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
+def is_float_leaf(leaf) -> bool:
+  """Whether SGLD samples this leaf of a params tree: a floating-point (or complex) array."""
+  return jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)
+
+
+def split_fixed(params: Params) -> tuple[Params, Params]:
+  """``(sampled, fixed)``: two trees like ``params``, the first with None in place of each
+  non-float leaf (integer or boolean arrays: step counters, indices, masks), the second with None
+  in place of each float leaf. :func:`join_fixed` puts them back together."""
+  sampled = jax.tree.map(lambda a: a if is_float_leaf(a) else None, params)
+  fixed = jax.tree.map(lambda a: None if is_float_leaf(a) else a, params)
+  return sampled, fixed
+
+
+def join_fixed(sampled: Params, fixed: Params) -> Params:
+  """The inverse of :func:`split_fixed`."""
+  return jax.tree.map(
+    lambda s, f: f if s is None else s, sampled, fixed, is_leaf=lambda x: x is None
+  )
+
+
+def is_sampler(data) -> bool:
+  """Whether ``data`` is a device-side sampler ``sample_batch(key) -> batch`` rather than arrays."""
+  return callable(data)
+
+
+def check_sampler(sample_batch, batch_size: int) -> None:
+  """Refuses a sampler whose batches do not have ``batch_size`` samples (traced once, abstractly;
+  nothing is drawn)."""
+  shapes = jax.eval_shape(sample_batch, jax.random.key(0))
+  sizes = {leaf.shape[0] if leaf.shape else None for leaf in jax.tree.leaves(shapes)}
+  if sizes != {batch_size}:
+    raise ValueError(
+      f"sample_batch(key) must return a batch whose leaves all have batch_size={batch_size} "
+      f"samples first; got leading sizes {sorted(sizes, key=str)}"
+    )
+
+
 def sample_chain(
   loss_fn: Callable[[Params, Any], jax.Array],
   params_star: Params,
@@ -199,15 +237,34 @@ def sample_chain(
 
   With an ``accumulator``, ``accumulator.update(state, w, t, accumulator_data)`` sees every draw
   ``w`` (before step ``t``, like ``loss``), and its final state is returned as
-  ``traces["accumulated"]``: memory does not grow with the number of draws. ``settings.nbeta`` must
-  be set (see :meth:`SGLDSettings.resolved`).
+  ``traces["accumulated"]``: memory does not grow with the number of draws.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch) -> scalar``, the mean loss of a minibatch.
+    params_star: ``w*``, the chain's start and the centre of the localising prior.
+    data: the training data, a pytree of arrays with the samples first.
+    key: this chain's PRNG key.
+    num_steps: steps to run (burn-in included).
+    settings: the :class:`SGLDSettings`; ``nbeta`` must be set (:meth:`SGLDSettings.resolved`).
+    param_mask: a pytree like ``params_star`` of 0/1: coordinates with 0 stay at ``w*``.
+    accumulator: an object with ``init(params_star)`` and ``update(state, w, t, data)`` (e.g.
+      :class:`mechjax.slt.moments.StreamedMoments`), or None.
+    accumulator_data: passed to ``accumulator.update``.
   """
   s = settings
   if s.nbeta is None:
     raise ValueError(
       "settings.nbeta is unset; call settings.resolved(n) with the number of samples first"
     )
-  n = jax.tree.leaves(data)[0].shape[0]
+  # Non-float leaves (integer step counters, boolean masks) are held fixed at w*: the chain moves
+  # the float leaves only, and the loss sees the whole tree.
+  full_loss, full_star = loss_fn, params_star
+  params_star, fixed = split_fixed(full_star)
+  if param_mask is not None:
+    param_mask = jax.tree.map(lambda m, p: m if is_float_leaf(p) else None, param_mask, full_star)
+  loss_fn = lambda w, batch: full_loss(join_fixed(w, fixed), batch)  # noqa: E731
+  sampler = data if is_sampler(data) else None
+  n = None if sampler is not None else jax.tree.leaves(data)[0].shape[0]
   mask = jax.tree.map(jnp.ones_like, params_star) if param_mask is None else param_mask
   eps = s.step_size
 
@@ -232,8 +289,11 @@ def sample_chain(
   def step(carry, t):
     w, v, acc = carry
     k_batch, k_noise = jax.random.split(jax.random.fold_in(key, t))
-    idx = jax.random.randint(k_batch, (s.batch_size,), 0, n)
-    batch = jax.tree.map(lambda a: a[idx], data)
+    if sampler is not None:
+      batch = sampler(k_batch)
+    else:
+      idx = jax.random.randint(k_batch, (s.batch_size,), 0, n)
+      batch = jax.tree.map(lambda a: a[idx], data)
     u_w, loss, grad_u, loss_grad = potential_and_grad(w, batch)
     if s.rmsprop is None:
       precond = jax.tree.map(jnp.ones_like, w)
@@ -251,13 +311,13 @@ def sample_chain(
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
     out = {
       "loss": loss,
-      "loss_at_star": loss_fn(params_star, batch),
+      "loss_at_star": full_loss(full_star, batch),
       "distance": jnp.sqrt(_tree_dot(diff, diff)),
       "drift_norm": jnp.sqrt(_tree_dot(drift, drift)),
       "noise_norm": jnp.sqrt(_tree_dot(noise, noise)),
     }
     if accumulator is not None:
-      acc = accumulator.update(acc, w, t, accumulator_data)
+      acc = accumulator.update(acc, join_fixed(w, fixed), t, accumulator_data)
     if s.mala:
       u_new, _, grad_new, _ = potential_and_grad(w_new, batch)
       log_ratio = (
@@ -267,7 +327,7 @@ def sample_chain(
     return (w_new, v, acc), out
 
   v0 = jax.tree.map(jnp.zeros_like, params_star)
-  acc0 = None if accumulator is None else accumulator.init(params_star, accumulator_data)
+  acc0 = None if accumulator is None else accumulator.init(full_star, accumulator_data)
   (_, _, acc), traces = jax.lax.scan(step, (params_star, v0, acc0), jnp.arange(num_steps))
   if accumulator is not None:
     traces["accumulated"] = acc
@@ -306,30 +366,61 @@ def sample_chains(
   :func:`mechjax.train.flags.cpu_cores_as_devices` before JAX starts makes every core a device: with
   2 cores the sampler runs about 1.5× faster than on one device. The draws depend on the key and on
   the number of devices (the partitioned matmuls round differently), on nothing else.
-  ``settings.nbeta`` unset means ``n / ln n`` of ``data``.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch) -> scalar``, the mean loss of a minibatch.
+    params_star: ``w*``.
+    data: the training data, a pytree of arrays with the samples first.
+    key: the PRNG key; chain ``i`` uses :func:`chain_keys` ``(key, num_chains)[i]``.
+    settings: the :class:`SGLDSettings`; ``nbeta`` unset means ``n / ln n`` of ``data``.
+    param_mask: a pytree like ``params_star`` of 0/1: coordinates with 0 stay at ``w*``.
+    accumulator: see :func:`sample_chain`.
+    accumulator_data: see :func:`sample_chain`.
+    shard: split the chains over the devices: None decides as above, False never does.
   """
-  n = jax.tree.leaves(data)[0].shape[0]
-  if settings.batch_size > n:
-    raise ValueError(f"batch_size={settings.batch_size} exceeds the {n} samples in data")
-  settings = settings.resolved(n)
+  settings, sampler = resolve_data(settings, data)
   layout = sharding_lib.leading_axis(settings.num_chains, "chains", shard)
-  program = _program(loss_fn, settings, param_mask is not None, accumulator, layout)
+  program = _program(loss_fn, settings, param_mask is not None, accumulator, layout, sampler)
   return program(
-    params_star, data, chain_keys(key, settings.num_chains), param_mask, accumulator_data
+    params_star,
+    None if sampler is not None else data,
+    chain_keys(key, settings.num_chains),
+    param_mask,
+    accumulator_data,
   )
 
 
+def resolve_data(settings: SGLDSettings, data) -> tuple[SGLDSettings, Callable | None]:
+  """``(settings with nβ filled in, the sampler or None)`` for arrays or a device-side sampler.
+
+  Arrays: ``batch_size`` must not exceed their ``n`` samples, and an unset ``nβ`` is ``n / ln n``.
+  A sampler ``sample_batch(key) -> batch`` has no ``n``: ``nβ`` must be given (it sets the
+  posterior's sample size), and its batches must hold ``batch_size`` samples."""
+  if is_sampler(data):
+    if settings.nbeta is None:
+      raise ValueError(
+        "with a sampler sample_batch(key) for data there is no sample count n to set nβ = n / ln n "
+        "from; pass nbeta= (e.g. default_nbeta(n) for the n your posterior should describe)"
+      )
+    check_sampler(data, settings.batch_size)
+    return settings, data
+  n = jax.tree.leaves(data)[0].shape[0]
+  if settings.batch_size > n:
+    raise ValueError(f"batch_size={settings.batch_size} exceeds the {n} samples in data")
+  return settings.resolved(n), None
+
+
 @functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
-def _program(loss_fn, settings: SGLDSettings, masked: bool, accumulator, layout):
-  """One compiled program per (loss, settings, mask presence, accumulator, device layout): repeated
-  calls (another key, another w*, other data of the same shapes) reuse it instead of tracing and
-  compiling again."""
+def _program(loss_fn, settings: SGLDSettings, masked: bool, accumulator, layout, sampler=None):
+  """One compiled program per (loss, settings, mask presence, accumulator, device layout, sampler):
+  repeated calls (another key, another w*, other data of the same shapes) reuse it instead of
+  tracing and compiling again. A sampler is part of the program; arrays are its arguments."""
 
   def run(params_star, data, keys, param_mask, accumulator_data):
     chain = lambda k: sample_chain(
       loss_fn,
       params_star,
-      data,
+      data if sampler is None else sampler,
       k,
       settings.num_steps,
       settings,

@@ -89,7 +89,16 @@ def standard_error(phi_SxK, dloss_SxM) -> jax.Array:
 
 def batch_means_error(phi_SxK, dloss_SxM, num_batches: int = 20) -> jax.Array:
   """Standard error of :func:`covariance` for a correlated chain, by batch means: the spread of the
-  covariance over ``num_batches`` contiguous blocks of draws, over ``√num_batches``."""
+  covariance over ``num_batches`` contiguous blocks of draws, over ``√num_batches``.
+
+  Args:
+    phi_SxK: ``(S, K)`` draws of K observables, in chain order.
+    dloss_SxM: ``(S, M)`` draws of M loss changes, the same draws.
+    num_batches: contiguous blocks; each must hold at least 2 draws.
+
+  Returns:
+    ``(K, M)`` standard errors.
+  """
   phi, d = _as_draws("phi_SxK", phi_SxK), _as_draws("dloss_SxM", dloss_SxM)
   size = phi.shape[0] // num_batches
   if size < 2:
@@ -115,10 +124,11 @@ class SusceptibilityResult:
     response: ``(C, K, M)``, ``nβ·χ = dE[φ]/dh``.
     standard_error: ``(C, K, M)``, the spread of the per-chain ``χ`` over ``√num_chains``.
     llc: ``(C,)``, ``nβ·E[L(w) − L(w*)]``: the (weight-refined) LLC of each component, on the
-    evaluation subset. observable_means: ``(C, K)``, the posterior mean of each observable.
-    components: the component names, in row order. probe_shape: the shape of the probe losses (e.g.
-    ``(sequences, positions)`` for per-token probes); the
-      M columns are their row-major flattening.
+      evaluation subset.
+    observable_means: ``(C, K)``, the posterior mean of each observable.
+    components: the component names, in row order.
+    probe_shape: the shape of the probe losses (e.g. ``(sequences, positions)`` for per-token
+      probes); the M columns are their row-major flattening.
     nbeta: the ``nβ`` of the posterior.
   """
 
@@ -174,7 +184,10 @@ def estimate_susceptibilities(
       per token, ``(B, T)``; the SGLD loss is its mean. Pass the same function on every call (a
       module-level function or a bound method), so the compiled program is reused.
     params: ``w*``.
-    data: the training data, a pytree with the sample axis first.
+    data: the training data, a pytree with the sample axis first; or a device-side sampler
+      ``sample_batch(key) -> batch`` of ``batch_size`` samples (then ``nbeta`` is required, every
+      SGLD step sees a fresh batch, and the evaluation subset is ``eval_size`` samples drawn from
+      it once). Non-float leaves of ``params`` are held fixed.
     probes: a pytree of probe samples in the same format.
     key: every random choice derives from it.
     components: ``{name: mask}``; default ``{"all": None}``.
@@ -196,10 +209,8 @@ def estimate_susceptibilities(
     localization=localization,
     batch_size=batch_size,
   )
-  n = jax.tree.leaves(data)[0].shape[0]
-  if s.batch_size > n:
-    raise ValueError(f"batch_size={s.batch_size} exceeds the {n} samples in data")
-  s = dataclasses.replace(s.resolved(n), mala=False)
+  s, sampler = sgld.resolve_data(s, data)
+  s = dataclasses.replace(s, mala=False)
   components = {"all": None} if components is None else dict(components)
   if not components:
     raise ValueError("components must name at least one mask")
@@ -214,7 +225,10 @@ def estimate_susceptibilities(
       ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params)
     )
   masks = jax.tree.map(lambda *m: jnp.stack(m), *masks)
-  if n > eval_size:
+  if sampler is not None:
+    eval_data = draw_samples(sampler, rng.fold(key, "eval-subset"), eval_size)
+  elif jax.tree.leaves(data)[0].shape[0] > eval_size:
+    n = jax.tree.leaves(data)[0].shape[0]
     idx = jax.random.choice(rng.fold(key, "eval-subset"), n, (eval_size,), replace=False)
     eval_data = jax.tree.map(lambda a: a[idx], data)
   else:
@@ -227,9 +241,15 @@ def estimate_susceptibilities(
     "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data)),
   }
   layout = sharding_lib.leading_axis(s.num_chains, "chains")
-  program = _components_program(per_sample_loss, s, observable, layout)
+  program = _components_program(per_sample_loss, s, observable, layout, sampler)
   mom = jax.device_get(
-    program(params, data, sgld.chain_keys(key, s.num_chains), masks, observe_data)
+    program(
+      params,
+      None if sampler is not None else data,
+      sgld.chain_keys(key, s.num_chains),
+      masks,
+      observe_data,
+    )
   )
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
   merged = jax.vmap(moments_reduce)(jax.tree.map(jnp.asarray, mom))
@@ -288,17 +308,30 @@ class _ComponentObserve:
     return phi, probe - eval_loss
 
 
+def draw_samples(sample_batch: Callable, key: jax.Array, num: int):
+  """``num`` samples from a sampler ``sample_batch(key) -> batch``: enough batches from ``key``'s
+  splits, concatenated and cut to ``num``."""
+  first = jax.eval_shape(sample_batch, key)
+  batch = jax.tree.leaves(first)[0].shape[0]
+  batches = jax.vmap(sample_batch)(jax.random.split(key, -(-num // batch)))
+  return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:])[:num], batches)
+
+
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
-def _components_program(per_sample_loss, settings: sgld.SGLDSettings, observable, layout):
+def _components_program(
+  per_sample_loss, settings: sgld.SGLDSettings, observable, layout, sampler=None
+):
   loss_fn = sgld.MeanLoss(per_sample_loss)
   accumulator = StreamedMoments(
     _ComponentObserve(per_sample_loss, observable), start=settings.num_burnin
   )
 
   def run(params, data, keys, masks, observe_data):
+    source = data if sampler is None else sampler
+
     def component(mask):
       chain = lambda k: sgld.sample_chain(
-        loss_fn, params, data, k, settings.num_steps, settings, mask, accumulator, observe_data
+        loss_fn, params, source, k, settings.num_steps, settings, mask, accumulator, observe_data
       )["accumulated"]
       return jax.vmap(chain)(keys)
 
@@ -308,10 +341,18 @@ def _components_program(per_sample_loss, settings: sgld.SGLDSettings, observable
 
 
 def principal_directions(chi, num: int | None = None, center: bool = True) -> dict[str, np.ndarray]:
-  """The SVD of a susceptibility matrix ``χ`` (components × probes): ``U`` (components), ``S``,
-  ``Vt`` (probes) and each direction's share of the variance ``S²/ΣS²``. With ``center`` each
-  component's row mean over probes is removed first: a uniform shift of every probe is a change of
-  the whole distribution's scale, not a direction of it."""
+  """The principal directions of a susceptibility matrix, by SVD.
+
+  Args:
+    chi: ``(components, probes)`` susceptibilities ``χ``.
+    num: how many directions to keep; all by default.
+    center: remove each component's row mean over probes first: a uniform shift of every probe is a
+      change of the whole distribution's scale, not a direction of it.
+
+  Returns:
+    ``{"U": (components, num), "S": (num,), "Vt": (num, probes), "explained_variance": (num,)}``,
+    the last being each direction's share ``S²/ΣS²``.
+  """
   chi = np.asarray(chi, np.float64)
   if chi.ndim != 2:
     raise ValueError(f"chi must be (components, probes); got shape {chi.shape}")
@@ -338,11 +379,25 @@ def bif(
   **sgld_keywords,
 ) -> np.ndarray:
   """The Bayesian influence function ``BIF(q, i) = −Cov(ℓ_q, ℓ_i)`` of training probes ``i`` on
-  query samples ``q`` over the localized posterior, ``(Q, I)``. The SGLD settings are ``settings``
-  or the keywords of :func:`estimate_susceptibilities` (``step_size``, ``nbeta``, ``localization``,
-  ``batch_size``, chains and draws); the query losses are the observables, so ``Q`` columns of
-  moments are streamed. Repeated calls with the same ``per_sample_loss`` and settings reuse one
-  compiled program."""
+  query samples ``q`` over the localized posterior.
+
+  The query losses are the observables, so ``Q`` columns of moments are streamed inside the SGLD
+  scan. Repeated calls with the same ``per_sample_loss`` and settings reuse one compiled program.
+
+  Args:
+    per_sample_loss: ``per_sample_loss(params, batch) -> (B,)`` losses.
+    params: ``w*``, where the posterior is localised.
+    data: the training data that defines the posterior (a pytree of arrays, samples first).
+    queries: the query samples ``q`` (a batch in ``data``'s format).
+    train_probes: the training probes ``i`` (a batch in ``data``'s format).
+    key: the sampler's PRNG key.
+    settings: an :class:`~mechjax.slt.sgld.SGLDSettings`; or give its fields as keywords
+      (``step_size``, ``nbeta``, ``localization``, ``batch_size``, chains and draws), as
+      :func:`estimate_susceptibilities` takes them.
+
+  Returns:
+    ``(Q, I)`` NumPy array.
+  """
   s = sgld.settings_from(settings, **sgld_keywords)
   s = dataclasses.replace(s, mala=False)
   accumulator = StreamedMoments(_BifObserve(per_sample_loss), start=s.num_burnin)

@@ -20,7 +20,8 @@ does, around the body:
 2. run the body, whose training resumes from checkpoints and whose :meth:`Context.stage` results are
    reloaded, so an interrupted run or analysis picks up where it stopped;
 3. **finish**, on the writer process only (process 0 under multi-host JAX): the figures, the extra
-   files and, last, ``summary.json``, whose presence marks the run finished.
+   files, ``report.html`` (config, metadata, summary and figures on one page) and, last,
+   ``summary.json``, whose presence marks the run finished.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mechjax import config as config_lib
+from mechjax import report
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
 from mechjax.train import workdir as workdir_lib
@@ -129,8 +131,9 @@ def _write(path: str, obj: Any) -> None:
 
 
 def finish(workdir: str, outputs: Outputs) -> dict:
-  """Writes the figures, the extra files and ``summary.json`` (last), on the writer process; returns
-  the summary (with ``"figures"`` on the writer)."""
+  """Writes the figures, the extra files, ``report.html`` (:mod:`mechjax.report`) and
+  ``summary.json`` (last), on the writer process; returns the summary (with ``"figures"`` on the
+  writer)."""
   summary = dict(outputs.summary)
   if metrics_lib.is_writer():
     if outputs.figures is not None:
@@ -139,6 +142,7 @@ def finish(workdir: str, outputs: Outputs) -> dict:
       summary["figures"] = [os.path.basename(f) for f in outputs.figures(folder)]
     for name, obj in outputs.files.items():
       _write(os.path.join(workdir, name), obj)
+    report.write_run_report(workdir, summary)
     metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
   return summary
 

@@ -70,8 +70,15 @@ def seed_keys(seed: int, num_seeds: int) -> jax.Array:
 def init_state(
   problem: Problem, optimizer: optax.GradientTransformation, key: jax.Array, params: Params = None
 ) -> State:
-  """The initial state of one seed (vmap it over :func:`seed_keys` for many); ``params`` replaces
-  ``problem.init`` (fine-tuning starts from given weights with a fresh optimizer state)."""
+  """The initial state of one seed (vmap it over :func:`seed_keys` for many).
+
+  Args:
+    problem: the :class:`Problem`.
+    optimizer: the optax transformation whose state is initialised.
+    key: this seed's key, split into the init, training and evaluation streams.
+    params: replaces ``problem.init`` (fine-tuning starts from given weights with a fresh optimizer
+      state).
+  """
   k_init, k_train, k_eval = jax.random.split(key, 3)
   params = problem.init(k_init) if params is None else params
   return {
@@ -165,8 +172,14 @@ def chunk_ends(
 
 @dataclasses.dataclass
 class TrainResult:
-  """What :func:`train` returns: the final state, this run's ``metrics.jsonl`` rows, the step it
-  resumed from (None for a fresh start), and how to read its checkpoints back."""
+  """What :func:`train` returns.
+
+  Attributes:
+    state: the final train state (``params``, ``opt_state``, ``step``, keys), seed axis in front.
+    history: this run's ``metrics.jsonl`` rows.
+    resumed_from: the step it resumed from, or None for a fresh start.
+    restore: reads checkpoints back; call it through :meth:`params_at`.
+  """
 
   state: State
   history: list[dict]
@@ -202,25 +215,43 @@ def train(
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
   Resumes from ``workdir/checkpoints/<run>`` if it holds a checkpoint (a finished run returns at
-  once). Every chunk end writes a line of per-seed metrics to ``workdir/metrics.jsonl``: the chunk
-  means of the per-step metrics, prefixed ``train_``, and the ``evaluate`` metrics. Checkpoints are
-  saved at multiples of ``checkpoint_every`` and at ``steps``; the latest ``keep_checkpoints`` are
-  kept (all of them with None, for studies that analyse every checkpoint afterwards).
-  ``checkpoint_steps`` adds checkpoints (and chunk ends, hence metric rows) at those steps, e.g. a
-  power schedule. ``initial_params`` (with the seed axis) starts from given weights instead of
-  ``problem.init``, with a fresh optimizer state: fine-tuning. ``binary_chunks`` runs each chunk as
-  pieces of power-of-two lengths (:func:`binary_pieces`): a chunk's length is static in the compiled
-  program, so irregular chunk ends (``checkpoint_steps``) would otherwise compile one program per
-  distinct length. ``shard_seeds`` splits the seed axis over all devices with a one-axis ``Mesh``
-  (:func:`seed_sharding`): the same single program, partitioned by XLA, each device holding its
-  share of the seeds. ``None`` (the default) does so whenever there are several devices and they
-  divide the seed count (on a CPU there are several only on request,
-  :func:`mechjax.train.flags.cpu_cores_as_devices`); ``False`` never does. ``hyperparams`` sweeps
-  numeric optimizer hyperparameters inside the same program: ``{"learning_rate": [...]}`` gives seed
-  ``i`` the ``i``-th value (one per key). The optimizer must expose them through
-  ``optax.inject_hyperparams`` (:func:`set_hyperparams`); a checkpoint restores them with the state.
-  Across processes (``jax.distributed``), the returned state is whole on every process's host, so
-  the analysis after training needs no multi-host code.
+  once), bitwise equal to the run that was never stopped. Every chunk end writes a line of per-seed
+  metrics to ``workdir/metrics.jsonl``: the chunk means of the per-step metrics, prefixed
+  ``train_``, and the ``evaluate`` metrics. Across processes (``jax.distributed``), the returned
+  state is whole on every process's host, so the analysis after training needs no multi-host code.
+
+  Args:
+    problem: the :class:`Problem` (init, loss, data, evaluate).
+    optimizer: an optax transformation; its state is checkpointed with the params.
+    keys: one PRNG key per seed, shape ``(num_seeds, ...)`` (:func:`seed_keys`).
+    steps: the total number of steps (a resumed run trains the rest).
+    workdir: the run folder (metrics and checkpoints are written under it).
+    run: the name of this training run in the folder (``checkpoints/<run>``, the ``run`` field of
+      each metrics row), so one study can train several.
+    log_every: steps between metrics rows (chunk ends).
+    checkpoint_every: steps between checkpoints; one is also saved at ``steps``.
+    progress: print a progress line per chunk.
+    summarize: ``summarize(row) -> str`` adds to the progress line.
+    keep_checkpoints: how many of the latest checkpoints to keep; None keeps all (for studies that
+      analyse every checkpoint afterwards).
+    checkpoint_steps: extra checkpoints (and chunk ends, hence metric rows) at these steps, e.g. a
+      power schedule.
+    initial_params: start from these weights (with the seed axis) instead of ``problem.init``, with
+      a fresh optimizer state: fine-tuning.
+    binary_chunks: run each chunk as pieces of power-of-two lengths (:func:`binary_pieces`). A
+      chunk's length is static in the compiled program, so irregular chunk ends
+      (``checkpoint_steps``) would otherwise compile one program per distinct length.
+    shard_seeds: split the seed axis over all devices (:func:`mechjax.sharding.leading_axis`): the
+      same single program, partitioned by XLA. None (the default) does so whenever there are several
+      devices and they divide the seed count; False never does.
+    hyperparams: numeric optimizer hyperparameters swept inside the same program:
+      ``{"learning_rate": [...]}`` gives seed ``i`` the ``i``-th value. The optimizer must expose
+      them through ``optax.inject_hyperparams`` (:func:`set_hyperparams`); a checkpoint restores
+      them with the state.
+
+  Returns:
+    A :class:`TrainResult`: the final state, this run's metrics rows, the step it resumed from, and
+    :meth:`TrainResult.params_at` to read any checkpoint back.
 
   Raises:
     NonFiniteError: a loss or a parameter became non-finite. Nothing from the bad chunk is written,
@@ -453,11 +484,22 @@ def checkpoint_params(
   shard_seeds: bool | None = None,
   initial_params: Params = None,
 ) -> dict[int, Params]:
-  """The (seed-stacked) params saved by :func:`train` at ``steps`` (all committed steps by default),
-  by step. ``optimizer``, ``shard_seeds`` and ``initial_params`` as given to :func:`train` (the
-  optimizer state is part of the checkpoint, so the restore needs its structure);
-  :meth:`TrainResult.params_at` passes them for you. Across processes the params come back whole on
-  every host."""
+  """The (seed-stacked) params saved by :func:`train`, by step.
+
+  :meth:`TrainResult.params_at` calls this with the arguments the run trained with. Across processes
+  the params come back whole on every host.
+
+  Args:
+    problem: the :class:`Problem` the run trained.
+    optimizer: the optimizer it trained with (its state is part of the checkpoint, so the restore
+      needs its structure).
+    keys: the run's seed keys.
+    workdir: the run folder.
+    run: the training run's name in the folder.
+    steps: the steps to read; all committed steps by default.
+    shard_seeds: as given to :func:`train`.
+    initial_params: as given to :func:`train`.
+  """
   abstract = _abstract_state(problem, optimizer, keys, initial_params)
   sharding = state_sharding(keys.shape[0], shard_seeds)
   if sharding is not None:

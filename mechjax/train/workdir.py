@@ -3,9 +3,11 @@
 
 Rules, so that nothing is silently lost or overwritten:
 
-* a new folder gets ``config.json`` (every setting, by flag name);
+* a new folder gets ``config.json`` (every setting, by flag name) and ``metadata.json`` (versions,
+  commit, devices, command line: :mod:`mechjax.train.runinfo`);
 * a folder with ``config.json`` and no ``summary.json`` is an unfinished run: it resumes, and its
-  settings must match, or the run stops with the names of the settings that differ;
+  settings must match, or the run stops with the names of the settings that differ; a resume on
+  another device count or package version is recorded and warned about;
 * a folder with ``summary.json`` is a finished run: nothing is retrained or rewritten;
 * ``--overwrite`` deletes a folder that holds a mechjax run (it has ``config.json``) and starts
   afresh; a non-empty folder that is not a mechjax run is never deleted.
@@ -21,6 +23,7 @@ from typing import Any
 
 from mechjax import config as config_lib
 from mechjax.train import metrics as metrics_lib
+from mechjax.train import runinfo
 
 IGNORED_KEYS = ("workdir", "overwrite")
 
@@ -46,10 +49,21 @@ def prepare(workdir: str, config: Any, overwrite: bool = False) -> Status:
   """Creates, validates or clears ``workdir`` for a run with ``config``; returns what the run should
   do.
 
-  ``config`` is a study's config (a :class:`mechjax.config.Settings`, written as its flat settings,
-  flag names as keys) or a plain dict of flag values. A saved value is compared after conversion to
-  the setting's type, so a ``config.json`` that wrote ``["0", "1"]`` for ``(0.0, 1.0)`` still
-  matches.
+  A saved value is compared after conversion to the setting's type, so a ``config.json`` that wrote
+  ``["0", "1"]`` for ``(0.0, 1.0)`` still matches.
+
+  Args:
+    workdir: the run folder.
+    config: a study's config (a :class:`mechjax.config.Settings`, written as its flat settings,
+      flag names as keys) or a plain dict of flag values.
+    overwrite: delete the run in ``workdir`` (a folder with ``config.json``) and start afresh.
+
+  Returns:
+    :class:`Status`: ``NEW``, ``RESUME`` or ``COMPLETE`` (``summary.json`` exists).
+
+  Raises:
+    WorkdirError: the folder holds a run with other settings (naming them), is not a mechjax run,
+      or is not a folder.
   """
   settings = config if isinstance(config, config_lib.Settings) else None
   fresh = metrics_lib.to_jsonable(settings.to_flat() if settings is not None else config)
@@ -90,11 +104,15 @@ def prepare(workdir: str, config: Any, overwrite: bool = False) -> Status:
         f"--workdir={workdir} holds a run with other settings: {shown}; "
         "pass --overwrite (overwrite=True from Python) to start afresh, or choose another --workdir"
       )
-    return Status.COMPLETE if os.path.exists(p["summary.json"]) else Status.RESUME
+    if os.path.exists(p["summary.json"]):
+      return Status.COMPLETE
+    runinfo.record_resume(workdir)
+    return Status.RESUME
   if metrics_lib.is_writer():
     os.makedirs(workdir, exist_ok=True)
     metrics_lib.write_json(
       p["config.json"], fresh
     )  # first, so the folder is always recognisably a run
     os.makedirs(p["figures"], exist_ok=True)
+  runinfo.record_start(workdir)
   return Status.NEW

@@ -19,6 +19,7 @@ from launch import slurm
 from launch import tpu_vm
 from mechjax import config
 from tests.helpers import ROOT
+from tests.helpers import check_report
 from tests.helpers import run_module
 
 # A stand-in experiment with the same contract as the real ones (resume a workdir, skip a finished
@@ -230,6 +231,12 @@ def test_a_real_experiment_in_a_sweep(tmp_path):
   assert [row["state"] for row in rows] == ["done", "failed"]
   assert 0 <= rows[0]["conditions.amplitude_alpha0_vs_1.final_test_acc_mean"] <= 1
   assert "--steps=0: must be an integer >= 1" in r.stdout
+  # The root's report links the finished member's own report, and only that one.
+  page = (root / "report.html").read_text()
+  links = re.findall(r'href="([^"]+/report\.html)"', page)
+  assert links == [f"{rows[0]['id']}/report.html"] and (root / links[0]).exists()
+  assert "1 done" in page and "1 failed" in page
+  check_report(root / rows[0]["id"])
 
 
 @pytest.mark.slow

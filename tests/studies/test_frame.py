@@ -10,6 +10,7 @@ from mechjax import config
 from mechjax.studies import fourier_phase
 from mechjax.studies import frame
 from mechjax.train.workdir import WorkdirError
+from tests.helpers import check_report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +47,7 @@ def test_python_call_writes_config_and_refuses_a_mismatched_resume(tmp_path):
   assert (tmp_path / "notes.md").read_text() == "written last but one\n" and (
     tmp_path / "figures/plot.png"
   ).exists()
+  assert check_report(tmp_path) == ["figures/plot.png"]
   with pytest.raises(WorkdirError, match=r"--scale=2.0 \(now 3.0\)"):
     run(Config(scale=3.0), tmp_path, progress=False)
   # A finished run is not recomputed; its summary comes back from disk.
@@ -95,6 +97,7 @@ def test_a_real_study_from_python_obeys_the_same_contract(tmp_path):
     saved["steps"] == 20 and saved["tasks"] == ["amplitude"] and saved["alpha"] == [0.0, 1.0, 2.0]
   )
   assert (tmp_path / "summary.json").exists() and summary["figures"]
+  assert sorted(check_report(tmp_path)) == sorted(f"figures/{f}" for f in summary["figures"])
   assert any("final test acc" in line for line in fourier_phase.report(summary))
   with pytest.raises(WorkdirError, match=r"--width=8 \(now 16\)"):
     fourier_phase.run(cfg.replace(width=16), tmp_path, progress=False)

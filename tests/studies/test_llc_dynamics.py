@@ -10,6 +10,7 @@ import pytest
 
 from mechjax.slt import closed_forms as cf
 from mechjax.studies import llc_dynamics as study
+from tests.helpers import check_report
 
 TINY = dict(
   widths=(3, 3, 3),
@@ -96,6 +97,7 @@ def test_experiment_writes_summary_and_figure(tmp_path, run_cli):
     float(cf.reduced_rank_regression(3, 3, 3, r)[0]) for r in range(3)
   ]
   assert os.path.getsize(tmp_path / "run" / "figures" / "llc_dynamics.png") > 10_000
+  assert check_report(tmp_path / "run") == ["figures/llc_dynamics.png"]
   assert "final LLC" in done.stdout
   bad = run_cli("experiments.llc_dynamics", f"--workdir={tmp_path / 'bad'}", "--widths=3,0,3")
   assert bad.returncode == 2 and "widths" in bad.stderr

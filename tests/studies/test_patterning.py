@@ -12,6 +12,7 @@ from mechjax.models.transformer import Transformer
 from mechjax.models.transformer import attention_patterns
 from mechjax.studies import patterning_induction as ind
 from mechjax.studies import patterning_parens as pp
+from tests.helpers import check_report
 
 
 def test_parens_groups_separate_labels_and_first_token():
@@ -174,6 +175,7 @@ def test_induction_study_end_to_end_and_resume_reuses_the_susceptibilities(tmp_p
   assert weights["promote"] > weights["unweighted"]
   for name in summary["figures"]:
     assert (tmp_path / "figures" / name).stat().st_size > 10_000
+  assert sorted(check_report(tmp_path)) == sorted(f"figures/{f}" for f in summary["figures"])
   assert (tmp_path / "susceptibility.npz").exists()
   monkeypatch.setattr(
     ind, "susceptibilities", lambda *a, **k: pytest.fail("recomputed the susceptibilities")

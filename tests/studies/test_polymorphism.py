@@ -14,6 +14,7 @@ from mechjax.models.transformer import rotate_residual
 from mechjax.studies import polymorphism as study
 from mechjax.studies import polymorphism_analysis as analysis_lib
 from mechjax.studies import polymorphism_report as report_lib
+from tests.helpers import check_report
 from tests.helpers import run_module
 
 CFG = study.Config().replace(
@@ -139,6 +140,7 @@ def test_experiment_writes_the_table_and_figures(tmp_path):
     "figures/rotation_matrices.png",
   ):
     assert (wd / f).exists(), f
+  assert len(check_report(wd)) == 5
   summary = json.loads((wd / "summary.json").read_text())
   sites = summary["optimizers"]["sgd"]["sites"]
   assert summary["sites"] == [

@@ -10,6 +10,7 @@ import pytest
 from mechjax.studies import tensor_backdoor
 from mechjax.studies import tensor_grokking
 from mechjax.train import loop
+from tests.helpers import check_report
 from tests.helpers import run_module
 
 
@@ -85,6 +86,7 @@ def test_grokking_experiment_end_to_end(tmp_path):
   assert sims["seed0/tensor"][0, -1] < 0.99  # training moved the function
   for f in summary["figures"]:
     assert (wd / "figures" / f).stat().st_size > 0
+  assert sorted(check_report(wd)) == sorted(f"figures/{f}" for f in summary["figures"])
 
 
 @pytest.mark.slow
@@ -121,3 +123,4 @@ def test_backdoor_experiment_end_to_end(tmp_path):
   curves = json.loads((wd / "similarity.json").read_text())["0"]
   assert len(curves["poisoned"]["tensor"]) == len(curves["continued"]["tensor"]) == 4
   assert os.path.getsize(wd / "figures" / "backdoor_similarity.png") > 0
+  assert "figures/backdoor_similarity.png" in check_report(wd)

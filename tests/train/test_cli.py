@@ -19,6 +19,7 @@ from mechjax.train import checkpoint as ckpt_lib
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
 from tests.helpers import ROOT
+from tests.helpers import check_report
 from tests.helpers import run_module
 
 SMALL = [
@@ -82,6 +83,7 @@ def test_finished_run_is_not_retrained_and_overwrite_starts_afresh(tmp_path):
     "figures/information_used.png",
   ):
     assert (wd / f).exists(), f
+  check_report(wd)
   before = {f: (wd / f).stat().st_mtime_ns for f in ("metrics.jsonl", "summary.json")}
   r = run_module("experiments.fourier_phase", *args)
   assert r.returncode == 0 and "complete" in r.stdout

@@ -1,0 +1,124 @@
+"""What users bring: params trees with non-float leaves, and data as a device-side sampler."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mechjax import slt
+
+SETTINGS = dict(step_size=1e-3, localization=10.0, batch_size=32, num_chains=2, num_draws=30)
+
+
+def _data(n=256, d=3):
+  x = jax.random.normal(jax.random.key(0), (n, d))
+  return x, x @ jnp.arange(1.0, d + 1.0)
+
+
+def loss_fn(params, batch):
+  x, y = batch
+  return jnp.mean((x @ params["w"] - y) ** 2)
+
+
+def loss_with_counter(params, batch):
+  # The integer leaf is read (as a model's step counter or index table would be), not trained.
+  x, y = batch
+  scale = 1.0 + 0.0 * params["step"].astype(jnp.float32)
+  return jnp.mean((x @ params["w"] * scale - y) ** 2)
+
+
+def per_sample_loss(params, batch):
+  x, y = batch
+  return (x @ params["w"] - y) ** 2
+
+
+def test_integer_and_boolean_leaves_are_held_fixed_and_change_nothing():
+  data = _data()
+  w = {"w": jnp.arange(1.0, 4.0) + 0.1}
+  plain = slt.estimate_llc(loss_fn, w, data, key=jax.random.key(1), **SETTINGS)
+  tree = {**w, "step": jnp.array(7, jnp.int32), "live": jnp.array([True, False])}
+  mixed = slt.estimate_llc(loss_with_counter, tree, data, key=jax.random.key(1), **SETTINGS)
+  np.testing.assert_array_equal(mixed.llc_per_chain, plain.llc_per_chain)
+  chi_plain = slt.estimate_susceptibilities(
+    per_sample_loss, w, data, data, key=jax.random.key(2), **SETTINGS
+  )
+  mask = {"w": jnp.ones(3), "step": jnp.array(1, jnp.int32), "live": jnp.array([True, True])}
+  chi_mixed = slt.estimate_susceptibilities(
+    lambda p, b: per_sample_loss({"w": p["w"]}, b),
+    tree,
+    data,
+    data,
+    key=jax.random.key(2),
+    components={"all": mask},
+    **SETTINGS,
+  )
+  np.testing.assert_allclose(chi_mixed.chi, chi_plain.chi, rtol=1e-5, atol=1e-7)
+
+
+def _resampler(data, batch_size):
+  n = jax.tree.leaves(data)[0].shape[0]
+
+  def sample_batch(key):  # draws as the sampler draws from arrays
+    idx = jax.random.randint(key, (batch_size,), 0, n)
+    return jax.tree.map(lambda a: a[idx], data)
+
+  return sample_batch
+
+
+def test_a_sampler_that_resamples_the_arrays_gives_the_arrays_result():
+  data = _data()
+  w = {"w": jnp.arange(1.0, 4.0) + 0.1}
+  nbeta = slt.default_nbeta(256)
+  arrays = slt.estimate_llc(loss_fn, w, data, key=jax.random.key(1), nbeta=nbeta, **SETTINGS)
+  sampled = slt.estimate_llc(
+    loss_fn, w, _resampler(data, 32), key=jax.random.key(1), nbeta=nbeta, **SETTINGS
+  )
+  np.testing.assert_allclose(sampled.loss_trace, arrays.loss_trace, rtol=1e-6)
+  np.testing.assert_allclose(sampled.llc_per_chain, arrays.llc_per_chain, rtol=1e-4)
+  chi = slt.estimate_susceptibilities(
+    per_sample_loss,
+    w,
+    _resampler(data, 32),
+    (data[0][:5], data[1][:5]),
+    key=jax.random.key(2),
+    nbeta=nbeta,
+    eval_size=64,
+    **{**SETTINGS, "num_draws": 20},
+  )
+  assert chi.chi.shape == (1, 1, 5) and np.all(np.isfinite(chi.chi))
+
+
+def test_a_fresh_sampler_estimates_the_population_llc_of_a_regular_model():
+  d = 4
+  truth = jnp.arange(1.0, d + 1.0)
+
+  def sample_batch(key):  # generated on the fly: no dataset in memory
+    x = jax.random.normal(key, (64, d))
+    return x, x @ truth
+
+  w = {"w": truth}
+  result = slt.estimate_llc(
+    loss_fn,
+    w,
+    sample_batch,
+    key=jax.random.key(3),
+    step_size=1e-4,
+    localization=1.0,
+    batch_size=64,
+    nbeta=slt.default_nbeta(10_000),
+    num_chains=4,
+    num_draws=400,
+    num_burnin=200,
+  )
+  assert abs(result.llc_mean - d / 2) < 4 * max(result.llc_std, 0.1), result.llc_mean
+
+
+def test_a_sampler_needs_nbeta_and_its_own_batch_size():
+  w = {"w": jnp.ones(3)}
+  sampler = _resampler(_data(), 32)
+  with pytest.raises(ValueError, match="pass nbeta="):
+    slt.estimate_llc(loss_fn, w, sampler, key=jax.random.key(0), **SETTINGS)
+  with pytest.raises(ValueError, match="batch_size=16"):
+    slt.estimate_llc(
+      loss_fn, w, sampler, key=jax.random.key(0), nbeta=10.0, **{**SETTINGS, "batch_size": 16}
+    )
