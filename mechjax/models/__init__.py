@@ -11,6 +11,7 @@ Example::
 """
 
 from mechjax.models import bilinear
+from mechjax.models import convert
 from mechjax.models import mlp
 from mechjax.models import sae
 from mechjax.models import transformer
@@ -32,6 +33,7 @@ __all__ = [
   "Transformer",
   "TwoLayer",
   "bilinear",
+  "convert",
   "mlp",
   "sae",
   "sae_loss",

@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mechjax import config
 from mechjax import sharding as sharding_lib
@@ -194,6 +195,21 @@ def join_fixed(sampled: Params, fixed: Params) -> Params:
   return jax.tree.map(
     lambda s, f: f if s is None else s, sampled, fixed, is_leaf=lambda x: x is None
   )
+
+
+def check_params(params: Params) -> None:
+  """Refuses a params leaf that is not an array or a number (a function, a string, a module's
+  static field), naming it: such leaves must be split off before sampling, e.g. with
+  ``eqx.partition(model, eqx.is_inexact_array)``, and closed over by the loss."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    if isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)):
+      continue
+    raise TypeError(
+      f"params leaf {jax.tree_util.keystr(path) or '(root)'} is a {type(leaf).__name__}, not an "
+      "array: SGLD samples float arrays and holds integer and boolean ones fixed, but cannot "
+      "carry other objects. Split them off first (for equinox: params, static = "
+      "eqx.partition(model, eqx.is_inexact_array)) and rebuild the model inside loss_fn."
+    )
 
 
 def is_sampler(data) -> bool:
@@ -378,6 +394,7 @@ def sample_chains(
     accumulator_data: see :func:`sample_chain`.
     shard: split the chains over the devices: None decides as above, False never does.
   """
+  check_params(params_star)
   settings, sampler = resolve_data(settings, data)
   layout = sharding_lib.leading_axis(settings.num_chains, "chains", shard)
   program = _program(loss_fn, settings, param_mask is not None, accumulator, layout, sampler)

@@ -209,6 +209,7 @@ def estimate_susceptibilities(
     localization=localization,
     batch_size=batch_size,
   )
+  sgld.check_params(params)
   s, sampler = sgld.resolve_data(s, data)
   s = dataclasses.replace(s, mala=False)
   components = {"all": None} if components is None else dict(components)

@@ -51,6 +51,7 @@ class Context:
   workdir: str
   progress: bool = True
   run: config_lib.RunSettings | None = None  # the study's ``cfg.run``
+  tensorboard: bool = False  # also write TensorBoard event files (``--tensorboard``)
 
   def train(self, name: str, problem: loop.Problem, optimizer, **overrides) -> loop.TrainResult:
     """:func:`mechjax.train.loop.train` of run ``name`` in this workdir, with the study's run
@@ -67,6 +68,7 @@ class Context:
       log_every=r.log_every,
       checkpoint_every=r.checkpoint_every,
       progress=self.progress,
+      tensorboard=self.tensorboard,
     )
     return loop.train(problem, optimizer, workdir=self.workdir, run=name, **{**kwargs, **overrides})
 
@@ -153,7 +155,12 @@ def study(body: Callable[[Any, Context], Outputs]):
 
   @functools.wraps(body)
   def run(
-    cfg, workdir: str | os.PathLike, *, overwrite: bool = False, progress: bool = True
+    cfg,
+    workdir: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    tensorboard: bool = False,
   ) -> dict:
     if not isinstance(cfg, config_lib.Settings):
       raise TypeError(f"cfg must be the study's Config; got {type(cfg).__name__}")
@@ -168,10 +175,12 @@ def study(body: Callable[[Any, Context], Outputs]):
         )
       with open(os.path.join(workdir, "summary.json")) as f:
         return json.load(f)
-    return finish(workdir, body(cfg, Context(workdir, progress, getattr(cfg, "run", None))))
+    ctx = Context(workdir, progress, getattr(cfg, "run", None), tensorboard)
+    return finish(workdir, body(cfg, ctx))
 
   run.__doc__ = (body.__doc__ or "") + (
-    "\n\n  Called as ``run(cfg, workdir, *, overwrite=False, progress=True) -> summary``: the "
+    "\n\n  Called as ``run(cfg, workdir, *, overwrite=False, progress=True, tensorboard=False) -> "
+    "summary``: the "
     "workdir contract of "
     ":mod:`mechjax.studies.frame` applies (config.json, resume, overwrite, summary.json last)."
   )

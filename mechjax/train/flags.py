@@ -117,6 +117,13 @@ def define(
   flags.DEFINE_bool(
     "overwrite", False, "Delete an existing run in --workdir and start afresh.", **kw
   )
+  flags.DEFINE_bool(
+    "tensorboard",
+    False,
+    "Also write the metrics as TensorBoard event files in --workdir/tensorboard/ "
+    "(metrics.jsonl stays the record; needs tensorboardX).",
+    **kw,
+  )
   flags.register_validator(
     "workdir",
     lambda v: bool(v and v.strip()),
@@ -194,7 +201,9 @@ def experiment(study: ModuleType, module_name: str):
     if getattr(study, "CPU_CORES_AS_DEVICES", False):
       cpu_cores_as_devices()
     cfg = config_from_flags(study.Config)
-    summary = study.run(cfg, FLAGS.workdir, overwrite=FLAGS.overwrite)
+    summary = study.run(
+      cfg, FLAGS.workdir, overwrite=FLAGS.overwrite, tensorboard=FLAGS.tensorboard
+    )
     if "figures" in summary:
       print(f"wrote {FLAGS.workdir}/summary.json and figures/: {', '.join(summary['figures'])}")
     for line in study.report(summary):

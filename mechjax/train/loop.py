@@ -211,6 +211,7 @@ def train(
   binary_chunks: bool = False,
   shard_seeds: bool | None = None,
   hyperparams: dict[str, Sequence[float]] | None = None,
+  tensorboard: bool = False,
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
@@ -248,6 +249,8 @@ def train(
       ``{"learning_rate": [...]}`` gives seed ``i`` the ``i``-th value. The optimizer must expose
       them through ``optax.inject_hyperparams`` (:func:`set_hyperparams`); a checkpoint restores
       them with the state.
+    tensorboard: also write the metrics as TensorBoard event files under
+      ``workdir/tensorboard/<run>/`` (:class:`~mechjax.train.metrics.MetricsWriter`).
 
   Returns:
     A :class:`TrainResult`: the final state, this run's metrics rows, the step it resumed from, and
@@ -268,7 +271,52 @@ def train(
     shard_seeds=shard_seeds,
     initial_params=initial_params,
   )
-  writer = metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run)
+  writer = metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run, tensorboard)
+  try:
+    return _train(
+      problem,
+      optimizer,
+      keys,
+      steps,
+      workdir,
+      run,
+      log_every,
+      checkpoint_every,
+      progress,
+      summarize,
+      keep_checkpoints,
+      checkpoint_steps,
+      initial_params,
+      binary_chunks,
+      shard_seeds,
+      hyperparams,
+      writer,
+      restore,
+    )
+  finally:
+    writer.close()
+
+
+def _train(
+  problem,
+  optimizer,
+  keys,
+  steps,
+  workdir,
+  run,
+  log_every,
+  checkpoint_every,
+  progress,
+  summarize,
+  keep_checkpoints,
+  checkpoint_steps,
+  initial_params,
+  binary_chunks,
+  shard_seeds,
+  hyperparams,
+  writer,
+  restore,
+) -> TrainResult:
   init_fn = _init_fn(problem, optimizer, initial_params)
   abstract_state = jax.eval_shape(init_fn, keys)
   sharding = state_sharding(keys.shape[0], shard_seeds)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from typing import Any
 
 import jax
@@ -66,11 +67,26 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 
 class MetricsWriter:
-  """Appends the lines of one run to a shared ``metrics.jsonl``."""
+  """Appends the lines of one run to a shared ``metrics.jsonl``.
 
-  def __init__(self, path: str | os.PathLike, run: str):
+  With ``tensorboard=True`` every line is also written as TensorBoard scalars (tensorboardX) under
+  ``<folder of metrics.jsonl>/tensorboard/<run>/``: a per-seed value ``name: [v0, v1, …]`` as
+  ``name/seed_0``, ``name/seed_1``, … and its mean as ``name/mean``. ``metrics.jsonl`` stays the
+  source of truth; after a resume the event files' steps past the checkpoint are purged, as the
+  lines of ``metrics.jsonl`` are.
+
+  Args:
+    path: the ``metrics.jsonl`` file, shared by every training run of a workdir.
+    run: this run's name (the ``run`` field of its lines).
+    tensorboard: also write TensorBoard event files.
+  """
+
+  def __init__(self, path: str | os.PathLike, run: str, tensorboard: bool = False):
     self.path = os.fspath(path)
     self.run = run
+    self.tensorboard = tensorboard
+    self._tb = None
+    self._purge_step: int | None = None
 
   def history(self) -> list[dict]:
     """This run's lines, in step order."""
@@ -84,6 +100,7 @@ class MetricsWriter:
     if not is_writer() or not os.path.exists(self.path):
       return
     rows = read_jsonl(self.path)
+    self._purge_step = step + 1
     keep = [r for r in rows if r.get("run") != self.run or r.get("step", 0) <= step]
     tmp = self.path + ".tmp"
     with open(tmp, "w") as f:
@@ -96,4 +113,36 @@ class MetricsWriter:
       with open(self.path, "a") as f:
         f.write(json.dumps(row) + "\n")
         f.flush()
+      if self.tensorboard:
+        self._write_tensorboard(row)
     return row
+
+  def _write_tensorboard(self, row: dict) -> None:
+    if self._tb is None:
+      try:
+        from tensorboardX import SummaryWriter
+      except ImportError as e:
+        raise ImportError(
+          "--tensorboard needs tensorboardX: pip install tensorboardX (or mechjax[tensorboard])"
+        ) from e
+      folder = os.path.join(os.path.dirname(os.path.abspath(self.path)), "tensorboard", self.run)
+      # A unique suffix: two writers in one second of one process would otherwise share a file name.
+      self._tb = SummaryWriter(
+        folder, purge_step=self._purge_step, filename_suffix=f".{time.time_ns()}"
+      )
+    step = row["step"]
+    for name, value in row.items():
+      if name in ("run", "step"):
+        continue
+      if isinstance(value, (int, float)) and not isinstance(value, bool):
+        self._tb.add_scalar(name, value, step)
+      elif isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+        for i, v in enumerate(value):
+          self._tb.add_scalar(f"{name}/seed_{i}", v, step)
+        self._tb.add_scalar(f"{name}/mean", sum(value) / len(value), step)
+    self._tb.flush()
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()
+      self._tb = None

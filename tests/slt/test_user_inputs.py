@@ -122,3 +122,13 @@ def test_a_sampler_needs_nbeta_and_its_own_batch_size():
     slt.estimate_llc(
       loss_fn, w, sampler, key=jax.random.key(0), nbeta=10.0, **{**SETTINGS, "batch_size": 16}
     )
+
+
+def test_a_leaf_that_is_not_an_array_is_refused_by_name():
+  params = {"w": jnp.ones(3), "block": {"activation": jax.nn.relu}}
+  with pytest.raises(TypeError, match=r"params leaf \['block'\]\['activation'\] is a"):
+    slt.estimate_llc(loss_fn, params, _data(), key=jax.random.key(0), **SETTINGS)
+  with pytest.raises(TypeError, match="eqx.partition"):
+    slt.estimate_susceptibilities(
+      per_sample_loss, params, _data(), _data(), key=jax.random.key(0), **SETTINGS
+    )
