@@ -113,9 +113,12 @@ def write_run_report(workdir: str, summary: dict | None = None, title: str | Non
     for f in figures
   )
   files = sorted(
-    f
-    for f in os.listdir(workdir)
-    if os.path.isfile(os.path.join(workdir, f)) and f != FILE and not f.endswith(".tmp")
+    {
+      f
+      for f in os.listdir(workdir)
+      if os.path.isfile(os.path.join(workdir, f)) and f != FILE and not f.endswith(".tmp")
+    }
+    | {"summary.json"}  # the frame writes it right after the report
   )
   file_links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in files)
   resumes = len((metadata or {}).get("resumes", []))

@@ -1,0 +1,82 @@
+"""report.html: a run's page names every figure, and (where chromium is installed) a real headless
+browser renders the figures from the relative links."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from mechjax import report
+from tests.helpers import check_report
+
+
+def _workdir(tmp_path):
+  wd = tmp_path / "run"
+  (wd / "figures").mkdir(parents=True)
+  (wd / "config.json").write_text(json.dumps({"steps": 10, "tasks": ["a", "b"]}))
+  meta = {
+    "mechjax": {"version": "0"},
+    "packages": {"jax": "x"},
+    "devices": {"count": 1},
+    "command": {"argv": ["experiments.demo"]},
+  }
+  (wd / "metadata.json").write_text(json.dumps({**meta, "resumes": []}))
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig = plt.figure(figsize=(3, 3), dpi=100)
+  fig.patch.set_facecolor((1.0, 0.0, 0.0))  # a solid red figure, easy to find on a screenshot
+  fig.savefig(wd / "figures" / "red.png", facecolor=fig.get_facecolor())
+  plt.close(fig)
+  return wd
+
+
+def test_run_report_shows_summary_config_metadata_and_every_figure(tmp_path):
+  wd = _workdir(tmp_path)
+  (wd / "figures" / "extra.png").write_bytes((wd / "figures" / "red.png").read_bytes())
+  path = report.write_run_report(str(wd), {"accuracy": {"mean": 0.93}, "figures": ["red.png"]})
+  page = open(path).read()
+  assert "accuracy.mean" in page and "0.93" in page and "experiments.demo" in page
+  assert sorted(check_report(wd)) == ["figures/extra.png", "figures/red.png"]
+  assert 'href="summary.json"' in page
+
+
+def test_long_values_are_cut_with_the_full_value_in_a_tooltip(tmp_path):
+  wd = _workdir(tmp_path)
+  report.write_run_report(str(wd), {"curve": list(range(500))})
+  page = (wd / "report.html").read_text()
+  assert "…</span>" in page and "499]" in page
+
+
+def _red_pixels(wd, shot):
+  """A headless chromium screenshot of the report; the mask of its pure-red pixels."""
+  from PIL import Image
+
+  page = f"file://{os.path.abspath(wd / 'report.html')}"
+  subprocess.run(
+    ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}"]
+    + ["--window-size=1000,1200", page],
+    capture_output=True,
+    timeout=120,
+    check=True,
+  )
+  pixels = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+  return (pixels[..., 0] > 200) & (pixels[..., 1] < 60) & (pixels[..., 2] < 60)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium to render the page")
+def test_a_headless_browser_renders_the_figures(tmp_path):
+  wd = _workdir(tmp_path)
+  report.write_run_report(str(wd), {"figures": ["red.png"]})
+  red = _red_pixels(wd, tmp_path / "shot.png")
+  assert red.sum() > 200 * 200, red.sum()  # the 300 × 300 red figure is on the page
+  # Without the figure file the page shows no red: the check can fail.
+  os.remove(wd / "figures" / "red.png")
+  red = _red_pixels(wd, tmp_path / "shot.png")
+  assert red.sum() < 1000
