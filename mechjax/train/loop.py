@@ -271,59 +271,16 @@ def train(
     shard_seeds=shard_seeds,
     initial_params=initial_params,
   )
-  writer = metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run, tensorboard)
-  try:
-    return _train(
-      problem,
-      optimizer,
-      keys,
-      steps,
-      workdir,
-      run,
-      log_every,
-      checkpoint_every,
-      progress,
-      summarize,
-      keep_checkpoints,
-      checkpoint_steps,
-      initial_params,
-      binary_chunks,
-      shard_seeds,
-      hyperparams,
-      writer,
-      restore,
-    )
-  finally:
-    writer.close()
-
-
-def _train(
-  problem,
-  optimizer,
-  keys,
-  steps,
-  workdir,
-  run,
-  log_every,
-  checkpoint_every,
-  progress,
-  summarize,
-  keep_checkpoints,
-  checkpoint_steps,
-  initial_params,
-  binary_chunks,
-  shard_seeds,
-  hyperparams,
-  writer,
-  restore,
-) -> TrainResult:
   init_fn = _init_fn(problem, optimizer, initial_params)
   abstract_state = jax.eval_shape(init_fn, keys)
   sharding = state_sharding(keys.shape[0], shard_seeds)
 
-  with ckpt_lib.Checkpointer(
-    os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints
-  ) as checkpointer:
+  with (
+    metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run, tensorboard) as writer,
+    ckpt_lib.Checkpointer(
+      os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints
+    ) as checkpointer,
+  ):
     start = checkpointer.latest_step()
     if start is not None:
       if sharding is not None:  # restore straight into the sharded layout (needed across processes)
