@@ -138,7 +138,7 @@ BAD = [  # (study, flag, the flag the one line must name)
   ("llc_dynamics", "--llc_chains=0", "--llc_chains"),
   ("llc_dynamics", "--nbeta=-2", "--nbeta"),
   ("llc_dynamics", "--llc_batch_size=100000", "--llc_batch_size"),
-  ("patterning_parens", "--chi_step=300", "--chi_step"),
+  ("patterning_parens", "--design=probe --chi_step=300", "--chi_step"),
   ("patterning_parens", "--sgld_step_size=0", "--sgld_step_size"),
   ("patterning_induction", "--length=7", "--length"),
   ("patterning_induction", "--strength=1", "--strength"),
@@ -150,15 +150,16 @@ BAD = [  # (study, flag, the flag the one line must name)
 @pytest.mark.parametrize("name,flag,named", BAD)
 def test_a_bad_flag_is_refused_with_the_configs_own_message(name, flag, named):
   study = _study(name)
-  fv = _parse(study.Config, flag)
+  argv = flag.split()  # the bad flag, after any flags it needs to be checked
+  fv = _parse(study.Config, *argv)
   with pytest.raises(flags.FlagError) as cli:
     flags.config_from_flags(study.Config, fv)
   text = str(cli.value)
   assert named in text and "must" in text and "\n" not in text, text
   # The same check refuses the same value from Python, with the same words.
-  key, _, value = flag[2:].partition("=")
+  values = dict(a[2:].partition("=")[::2] for a in argv)
   with pytest.raises(ConfigError) as py:
-    study.Config().replace(**{key: value})
+    study.Config().replace(**values)
   assert py.value.message in text
 
 

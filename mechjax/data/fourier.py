@@ -139,10 +139,16 @@ def colour(z: jax.Array, amplitudes: jax.Array) -> jax.Array:
   ``A`` must be symmetric under ``k → −k`` (as :func:`power_law_amplitudes` is), so the output is
   real. When ``A`` is concrete and ``D ≤ DENSE_COLOUR_MAX_DIM`` the circulant is applied as one
   dense matmul (several times faster than two small FFTs on a CPU, and it batches well under
-  ``vmap``); otherwise, e.g. for a traced ``alpha``, by FFT. Both compute the same linear map.
+  ``vmap``); otherwise, e.g. for a traced ``alpha``, by FFT. Both compute the same linear map. A
+  concrete flat spectrum without DC (``alpha = 0``) is ``a·(z − mean z)``, computed as that.
   """
   _check_trailing(z, tuple(amplitudes.shape), "z")
   dim = math.prod(amplitudes.shape)
+  if not isinstance(amplitudes, jax.core.Tracer):
+    flat = np.asarray(amplitudes).reshape(-1)
+    if flat[0] == 0 and np.all(flat[1:] == flat[1]):  # A_0 is the DC term (k = 0 first)
+      axes = tuple(range(z.ndim - amplitudes.ndim, z.ndim))
+      return flat[1] * (z - jnp.mean(z, axis=axes, keepdims=True))
   if not isinstance(amplitudes, jax.core.Tracer) and dim <= DENSE_COLOUR_MAX_DIM:
     m = jnp.asarray(colour_matrix(amplitudes))
     z_flat = z.reshape(*z.shape[: z.ndim - amplitudes.ndim], dim)

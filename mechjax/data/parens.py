@@ -13,6 +13,13 @@ does not, so a model's answers on the probes tell which algorithm it learned.
 
 Tokens: ``0 = (``, ``1 = )``; every string has the same even length. Everything is drawn with NumPy
 from a seed, so a dataset is a pure function of its arguments.
+
+**The prefix cue.** Drawn uniformly, most unequal-count strings also have a negative prefix (about
+81% at length 20, and 52% start with ``)``), so "a negative prefix means unbalanced" is a cheap rule
+that already rejects most negatives, and models trained on such data learn the prefix algorithm.
+``neg_prefix_fraction`` sets the share of negatives that carry the cue: ``0`` draws every negative
+from the unequal-count strings whose prefixes never go negative (such as ``((()(``), where the cue
+says nothing, ``1`` draws every one with a negative prefix, and ``None`` keeps the uniform draw.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ def _equal_count_strings(rng: np.random.Generator, num: int, length: int) -> np.
 
 
 def _draw(rng, num: int, length: int, accept, make) -> np.ndarray:
-  out, have = [], 0
+  out, have = [np.zeros((0, length), np.int32)], 0
   while have < num:
     cand = make(rng, max(4 * (num - have), 64), length)
     cand = cand[accept(cand)]
@@ -81,24 +88,55 @@ def sample_probes(rng: np.random.Generator, num: int, length: int) -> np.ndarray
   )
 
 
-def sample_unequal(rng: np.random.Generator, num: int, length: int) -> np.ndarray:
-  """Uniform strings whose counts differ (label 0 for both algorithms)."""
+def has_negative_prefix(tokens: np.ndarray) -> np.ndarray:
+  """Whether some prefix has more ``)`` than ``(``: the cue the prefix algorithm reads."""
+  return prefix_sums(tokens).min(axis=-1) < 0
+
+
+def sample_unequal(
+  rng: np.random.Generator, num: int, length: int, neg_prefix_fraction: float | None = None
+) -> np.ndarray:
+  """Strings whose counts differ (label 0 for both algorithms).
+
+  With ``neg_prefix_fraction=None`` they are uniform over such strings. Otherwise
+  ``round(num · neg_prefix_fraction)`` of them are uniform over the unequal-count strings with a
+  negative prefix and the rest uniform over those without one, in random order.
+  """
+  length = _check_length(length)
   uniform = lambda r, n, l: r.integers(0, 2, (n, l)).astype(np.int32)
-  return _draw(rng, num, _check_length(length), lambda t: ~equal_counts(t), uniform)
+  if neg_prefix_fraction is None:
+    return _draw(rng, num, length, lambda t: ~equal_counts(t), uniform)
+  if not 0 <= neg_prefix_fraction <= 1:
+    raise ValueError(f"neg_prefix_fraction must be in [0, 1] or None; got {neg_prefix_fraction!r}")
+  with_cue = int(round(num * neg_prefix_fraction))
+  cue = _draw(rng, with_cue, length, lambda t: ~equal_counts(t) & has_negative_prefix(t), uniform)
+  plain = _draw(
+    rng, num - with_cue, length, lambda t: ~equal_counts(t) & ~has_negative_prefix(t), uniform
+  )
+  out = np.concatenate([cue, plain])
+  return out[rng.permutation(num)]
 
 
 def make_dataset(
-  seed: int | np.random.Generator, num: int, length: int, balanced_fraction: float = 0.5
+  seed: int | np.random.Generator,
+  num: int,
+  length: int,
+  balanced_fraction: float = 0.5,
+  neg_prefix_fraction: float | None = None,
 ) -> dict[str, np.ndarray]:
   """A training set of ``num`` strings: ``balanced_fraction`` balanced (label 1), the rest with
-  unequal counts (label 0), shuffled, drawn from ``seed`` (an int, or a NumPy generator such as
-  :func:`mechjax.rng.numpy`). Both algorithms label every string the same (checked)."""
+  unequal counts (label 0, :func:`sample_unequal` with ``neg_prefix_fraction``), shuffled, drawn
+  from ``seed`` (an int, or a NumPy generator such as :func:`mechjax.rng.numpy`). Both algorithms
+  label every string the same (checked)."""
   if not 0 < balanced_fraction < 1:
     raise ValueError(f"balanced_fraction must be in (0, 1); got {balanced_fraction!r}")
   rng = np.random.default_rng(seed)
   num_pos = int(round(num * balanced_fraction))
   tokens = np.concatenate(
-    [sample_balanced(rng, num_pos, length), sample_unequal(rng, num - num_pos, length)]
+    [
+      sample_balanced(rng, num_pos, length),
+      sample_unequal(rng, num - num_pos, length, neg_prefix_fraction),
+    ]
   )
   tokens = tokens[rng.permutation(num)]
   y = label(tokens, "prefix")

@@ -35,6 +35,7 @@ from mechjax.slt.susceptibility import bif
 from mechjax.slt.susceptibility import covariance
 from mechjax.slt.susceptibility import estimate_susceptibilities
 from mechjax.slt.susceptibility import linear_response
+from mechjax.slt.susceptibility import llc_response
 from mechjax.slt.susceptibility import principal_directions
 from mechjax.slt.susceptibility import standard_error
 
@@ -56,6 +57,7 @@ __all__ = [
   "gaussian",
   "group_response",
   "linear_response",
+  "llc_response",
   "patterning_weights",
   "principal_directions",
   "project_simplex",

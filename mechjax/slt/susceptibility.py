@@ -130,6 +130,10 @@ class SusceptibilityResult:
     probe_shape: the shape of the probe losses (e.g. ``(sequences, positions)`` for per-token
       probes); the M columns are their row-major flattening.
     nbeta: the ``nβ`` of the posterior.
+    dloss_means: ``(C, M)``, the posterior mean of each probe's loss change ``ΔL_i(w) = ℓ_i(w) −
+      L(w)``.
+    dloss_star: ``(M,)``, ``ΔL_i(w*)``. With ``dloss_means`` it gives the explicit term of the LLC's
+      response (:func:`llc_response`).
   """
 
   chi: np.ndarray
@@ -140,6 +144,8 @@ class SusceptibilityResult:
   components: tuple[str, ...]
   probe_shape: tuple[int, ...]
   nbeta: float
+  dloss_means: np.ndarray | None = None
+  dloss_star: np.ndarray | None = None
 
 
 def estimate_susceptibilities(
@@ -272,7 +278,41 @@ def estimate_susceptibilities(
     components=tuple(components),
     probe_shape=probe_shape,
     nbeta=s.nbeta,
+    dloss_means=np.asarray(merged.mean_dloss),
+    dloss_star=np.asarray(
+      jnp.reshape(per_sample_loss(params, probes), (-1,)) - observe_data["eval_loss_star"]
+    ),
   )
+
+
+def llc_response(result: SusceptibilityResult) -> dict[str, np.ndarray]:
+  """The response of each component's LLC to a shift toward each probe, ``dλ/dh_i``, ``(C, M)``.
+
+  The LLC is ``λ = nβ·E[φ]`` with ``φ = L(w) − L(w*)``, and this observable depends on the data
+  distribution itself: under ``q → q + h(δ_i − q)`` it becomes ``φ_h = φ + h·(ΔL_i(w) −
+  ΔL_i(w*))``. So
+
+      dλ/dh_i = nβ·(−nβ·Cov(φ, ΔL_i))  +  nβ·(E[ΔL_i(w)] − ΔL_i(w*))
+                  implicit: the posterior moves   explicit: the observable moves
+
+  (the linear response of Wang & Murfet 2026, arXiv:2601.13548, applied to the LLC's own
+  observable). For a regular model whose per-sample losses share their minimum the two cancel to
+  first order in ``1/nβ``: such a λ is ``d/2`` for every data distribution.
+
+  Args:
+    result: from :func:`estimate_susceptibilities` (observable 0 of each component is its ``φ``).
+
+  Returns:
+    ``{"total", "implicit", "explicit"}``, each ``(C, M)``.
+  """
+  if result.dloss_means is None or result.dloss_star is None:
+    raise ValueError(
+      "this SusceptibilityResult has no dloss_means/dloss_star; estimate it with "
+      "estimate_susceptibilities, which records them"
+    )
+  implicit = result.nbeta * np.asarray(result.response)[:, 0, :]
+  explicit = result.nbeta * (np.asarray(result.dloss_means) - np.asarray(result.dloss_star)[None])
+  return {"total": implicit + explicit, "implicit": implicit, "explicit": explicit}
 
 
 def _output_shape(fn: Callable, *args) -> tuple[int, ...]:

@@ -15,6 +15,11 @@ it: phase-scrambled (amplitudes kept, phases randomised) and amplitude-whitened 
 spectrum). Accuracy that survives scrambling comes from amplitude information; accuracy that
 survives whitening comes from phase information. See :mod:`mechjax.data.fourier` for the data model
 and its references.
+
+The spiked tasks train ``num_spikes`` teacher spikes × ``num_seeds`` seeds in one vmapped program
+(the spike is each member's ``member_data``, :func:`mechjax.train.loop.train`), so that their
+numbers come with a spread over teachers as well as over seeds: how fast a principal spike is found
+depends on the spike drawn.
 """
 
 from __future__ import annotations
@@ -82,6 +87,11 @@ class Config(config.Settings):
   beta: float = config.setting(
     5.0, "Spike strength beta of the spiked-cumulant task.", check=config.non_negative
   )
+  num_spikes: int = config.setting(
+    2,
+    "Teacher spikes of the spiked tasks, each trained with --num_seeds seeds in the same program.",
+    check=config.at_least(1),
+  )
   noise: str = config.setting(
     "rademacher", "Non-Gaussian noise of the linear-process task.", choices=fourier.NOISES
   )
@@ -134,27 +144,68 @@ def conditions(cfg: Config) -> list[Condition]:
   return out
 
 
+def is_spiked(cond: Condition) -> bool:
+  return cond.task.startswith("spiked_")
+
+
+def num_spikes(cfg: Config, cond: Condition) -> int:
+  """Teacher spikes of a condition: ``cfg.num_spikes`` for the spiked tasks, else 1."""
+  return cfg.num_spikes if is_spiked(cond) else 1
+
+
+def spikes(cfg: Config, cond: Condition) -> jax.Array:
+  """``(num_spikes, *shape)``: spike ``j`` is the stream ``("spike", j)`` of ``--seed`` (not any
+  seed's training key), drawn for the condition's alpha; spike ``j`` at every alpha colours the same
+  white draw, so conditions can be compared spike by spike."""
+  kind = cond.task.removeprefix("spiked_")
+  return jnp.stack(
+    [
+      fourier.make_spike(rng.key(cfg.run.seed, "spike", j), cfg.shape, cond.alpha, kind)
+      for j in range(cfg.num_spikes)
+    ]
+  )
+
+
+def member_keys(cfg: Config, cond: Condition) -> jax.Array:
+  """Spike ``j``'s seed ``i`` is member ``j·num_seeds + i``, with key ``fold_in(PRNGKey(seed), j·
+  num_seeds + i)``: spike 0's seeds are the seeds of every other condition."""
+  return loop.seed_keys(cfg.run.seed, num_spikes(cfg, cond) * cfg.run.num_seeds)
+
+
+def member_data(cfg: Config, cond: Condition):
+  """Each member's spike, ``{"u": (members, *shape)}``, for the spiked tasks; None otherwise."""
+  if not is_spiked(cond):
+    return None
+  return {"u": jnp.repeat(spikes(cfg, cond), cfg.run.num_seeds, axis=0)}
+
+
 def make_sampler(cfg: Config, cond: Condition):
-  """``sample(key, n) -> (x, y)`` for one condition; the spike (the teacher) is the stream
-  ``"spike"`` of ``--seed``, not any seed's training key."""
+  """``sample(key, n, member) -> (x, y)`` for one condition; ``member`` is the member's data (its
+  spike ``member["u"]`` for the spiked tasks, None otherwise)."""
   shape = cfg.shape
   if cond.task == "amplitude":
     a0, a1 = cfg.amplitude_alphas
-    return lambda key, n: fourier.sample_amplitude_task(key, n, shape=shape, alpha0=a0, alpha1=a1)
+    return lambda key, n, member: fourier.sample_amplitude_task(
+      key, n, shape=shape, alpha0=a0, alpha1=a1
+    )
   if cond.task == "linear_process":
-    return lambda key, n: fourier.sample_phase_task(
+    return lambda key, n, member: fourier.sample_phase_task(
       key, n, shape=shape, alpha=cond.alpha, signal="linear_process", noise=cfg.noise
     )
-  kind = cond.task.removeprefix("spiked_")
-  u = fourier.make_spike(rng.key(cfg.run.seed, "spike"), shape, cond.alpha, kind)
-  return lambda key, n: fourier.sample_phase_task(
-    key, n, shape=shape, alpha=cond.alpha, signal="spiked_cumulant", strength=cfg.beta, u=u
+  return lambda key, n, member: fourier.sample_phase_task(
+    key,
+    n,
+    shape=shape,
+    alpha=cond.alpha,
+    signal="spiked_cumulant",
+    strength=cfg.beta,
+    u=member["u"],
   )
 
 
 def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
   """Logistic loss on a fresh batch per step; evaluation on clean, phase-scrambled and whitened test
-  sets."""
+  sets. The spiked tasks' functions take the member's spike as a third argument."""
   model = TwoLayer(cfg.width, cfg.activation)
   sample = make_sampler(cfg, cond)
   ndim = len(cfg.shape)
@@ -162,14 +213,14 @@ def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
   def init(key):
     return model.init(key, jnp.zeros((1, *cfg.shape)))
 
-  def loss(params, key):
-    x, y = sample(key, cfg.batch_size)
+  def loss(params, key, member=None):
+    x, y = sample(key, cfg.batch_size, member)
     logits = model.apply(params, x)
     return jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)), {}
 
-  def evaluate(params, key):
+  def evaluate(params, key, member=None):
     k_data, k_scramble = jax.random.split(key)
-    x, y = sample(k_data, cfg.eval_samples)
+    x, y = sample(k_data, cfg.eval_samples, member)
     acc = lambda inputs: jnp.mean((model.apply(params, inputs) > 0) == (y == 1))
     logits = model.apply(params, x)
     return {
@@ -182,20 +233,25 @@ def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
 
 
-def samples_to_accuracy(history: list[dict], target: float, batch_size: int) -> int | None:
-  """Samples (steps × batch) at the first logged step where the seed-mean test accuracy reaches
-  ``target``."""
+def samples_to_accuracy(
+  history: list[dict], target: float, batch_size: int, members: slice = slice(None)
+) -> int | None:
+  """Samples (steps × batch) at the first logged step where the mean test accuracy of ``members``
+  (all of them by default) reaches ``target``."""
   for row in history:
-    if np.mean(row["test_acc"]) >= target:
+    if np.mean(np.asarray(row["test_acc"])[members]) >= target:
       return int(row["step"]) * batch_size
   return None
 
 
 def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> dict:
+  """The condition's numbers over all its members, and, for the spiked tasks, per spike with their
+  spread over spikes."""
   final = np.asarray(history[-1]["test_acc"])
-  return {
+  out = {
     "task": cond.task,
     "alpha": cond.alpha,
+    "num_spikes": num_spikes(cfg, cond),
     "samples_to_target": samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size),
     "final_test_acc_mean": float(final.mean()),
     "final_test_acc_sd": float(final.std()),
@@ -204,6 +260,56 @@ def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> di
     "steps": int(history[-1]["step"]),
     "samples": int(history[-1]["step"]) * cfg.batch_size,
   }
+  if is_spiked(cond):
+    k = cfg.run.num_seeds
+    per_spike = [slice(j * k, (j + 1) * k) for j in range(cfg.num_spikes)]
+    acc = np.array([final[m].mean() for m in per_spike])
+    out["per_spike"] = {
+      "final_test_acc_mean": acc.tolist(),
+      "samples_to_target": [
+        samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size, m) for m in per_spike
+      ],
+    }
+    out["spread_over_spikes"] = {
+      "final_test_acc_min": float(acc.min()),
+      "final_test_acc_median": float(np.median(acc)),
+      "final_test_acc_max": float(acc.max()),
+      "final_test_acc_sd": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
+    }
+  return out
+
+
+def spike_gains(summary: dict) -> dict:
+  """For each spiked task and each alpha > 0: the per-spike final accuracy minus that spike's at
+  alpha 0 (paired by spike), and the per-spike ratio of samples to the target where both reached
+  it. Empty for tasks without an alpha-0 condition."""
+  out = {}
+  conds = summary["conditions"]
+  for name, c in conds.items():
+    if "per_spike" not in c or not c["alpha"]:
+      continue
+    base = next(
+      (
+        b for b in conds.values() if b["task"] == c["task"] and b["alpha"] == 0 and "per_spike" in b
+      ),
+      None,
+    )
+    if base is None:
+      continue
+    gain = np.array(c["per_spike"]["final_test_acc_mean"]) - np.array(
+      base["per_spike"]["final_test_acc_mean"]
+    )
+    ratios = [
+      None if (b is None or f is None or f == 0) else b / f
+      for b, f in zip(base["per_spike"]["samples_to_target"], c["per_spike"]["samples_to_target"])
+    ]
+    out[name] = {
+      "accuracy_gain_per_spike": gain.tolist(),
+      "accuracy_gain_min": float(gain.min()),
+      "accuracy_gain_max": float(gain.max()),
+      "speedup_to_target_per_spike": ratios,
+    }
+  return out
 
 
 @frame.study
@@ -213,9 +319,17 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   histories, summary = {}, {"target_accuracy": cfg.target_accuracy, "conditions": {}}
   optimizer = optax.sgd(cfg.learning_rate)
   for cond in conditions(cfg):
-    result = ctx.train(cond.run, make_problem(cfg, cond), optimizer, summarize=_progress_text)
+    result = ctx.train(
+      cond.run,
+      make_problem(cfg, cond),
+      optimizer,
+      summarize=_progress_text,
+      keys=member_keys(cfg, cond),
+      member_data=member_data(cfg, cond),
+    )
     histories[cond.run] = result.history
     summary["conditions"][cond.run] = summarize_condition(cfg, cond, result.history)
+  summary["spike_gains_vs_alpha0"] = spike_gains(summary)
   return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, histories, folder))
 
 
@@ -229,6 +343,14 @@ def report(summary: dict) -> list[str]:
     lines.append(
       f"  {name:32s} final test acc {c['final_test_acc_mean']:.3f} ± {c['final_test_acc_sd']:.3f}; "
       f"{summary['target_accuracy']:g} reached: {reached}"
+    )
+    if c.get("num_spikes", 1) > 1:
+      per = ", ".join(f"{a:.3f}" for a in c["per_spike"]["final_test_acc_mean"])
+      lines.append(f"  {'':32s} per spike ({c['num_spikes']} spikes): {per}")
+  for name, g in summary.get("spike_gains_vs_alpha0", {}).items():
+    lines.append(
+      f"  {name:32s} gain over alpha 0, spike by spike: {g['accuracy_gain_min']:+.3f} to "
+      f"{g['accuracy_gain_max']:+.3f}"
     )
   return lines
 

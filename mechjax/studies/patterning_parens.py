@@ -10,32 +10,24 @@ rate**, the fraction of probes it calls balanced, tells which algorithm it runs;
 as one algorithm when it is perfect in distribution (held-out accuracy ≥ ``perfect_accuracy``) and
 its counts rate is above (counts) or below (prefix) one half.
 
-The study:
+Two designs share the data, the model, the reference solutions and the retraining:
 
-1. **Reference solutions.** One model per algorithm, trained on the training set plus
-   ``disagreement`` strings labelled by that algorithm, so that each is forced. Both are perfect on
-   the training set; the LLC of each is estimated on the training set (Lau et al. 2023,
-   arXiv:2308.12108).
-2. **The unweighted run:** ``num_seeds`` seeds on the training distribution.
-3. **Susceptibilities** at the unweighted seed 0's checkpoint ``chi_step``: SGLD on the localized
-   posterior (:func:`mechjax.slt.susceptibility.estimate_susceptibilities`) with per-sample probes
-   drawn from every *group* of training strings (grouped by label, first token, depth of the most
-   negative prefix and count difference; :func:`groups`), and two observables: ``φ_counts``, the
-   probe loss under counts labels (low for a counts model), and ``φ_test``, the held-out
-   in-distribution loss.
-4. **Patterning.** The group responses ``J_g = dE[φ]/dh`` (exact averages of the per-probe columns,
-   :func:`mechjax.slt.patterning.group_response`) are inverted on the simplex
-   (:func:`mechjax.slt.patterning.patterning_weights`), once toward each algorithm ``A``, for
-   ``Δφ_test = 0`` (keep the in-distribution fit) and a change of ``φ_counts`` that is, with
-   ``target="gap"`` (default), the whole distance between the two reference solutions,
-   ``∓(φ_counts(w_prefix) − φ_counts(w_counts))``, in A's direction: the same size both ways. With
-   ``target="reference"`` it is ``φ_counts(w_A) − E[φ_counts]``, which moves the posterior mean onto
-   reference ``A``; from a posterior that already sits near one solution this asks for almost
-   nothing in that direction.
-5. **Retraining** ``num_seeds`` seeds from scratch on each re-weighted distribution, with the
-   unweighted run's seed keys, and counting which algorithm each seed learns.
+* ``design="llc"`` (default; :mod:`mechjax.studies.patterning_parens_llc`), the paper's question.
+  First a **base-rate sweep**: ``num_seeds`` unweighted seeds at each share of negatives that carry
+  the prefix cue (``base_rate_fractions``; with uniform negatives 81% do, and every seed learns
+  prefix, a base rate that 8 seeds cannot see move). The study continues at ``neg_prefix_fraction``,
+  by default the swept share whose counts share is nearest one half. Then the **reference
+  solutions** (one model forced to each algorithm by ``disagreement`` strings labelled by it), the
+  **response of each one's LLC** to every group of training strings, the re-weighting that lowers
+  the target's LLC relative to the other's by ``llc_margin`` inside the linear regime, the
+  **re-estimated LLCs** on the re-weighted data (predicted against measured Δλ), and **retraining**
+  under four conditions: unweighted, toward counts, toward prefix, and a random re-weighting with
+  the same total variation, with paired seeds and Fisher's exact test on the selection counts.
+* ``design="probe"`` (:mod:`mechjax.studies.patterning_parens_probe`), the earlier question: a
+  behavioural probe loss targeted at one posterior, localised at the unweighted seed 0's checkpoint
+  ``chi_step``, with the data of uniform negatives.
 
-Outputs in the workdir: ``metrics.jsonl`` (every run), ``patterning.json`` (susceptibilities, group
+Outputs in the workdir: ``metrics.jsonl`` (every run), ``patterning.json`` (the susceptibilities,
 responses and weights; reused on resume), ``summary.json`` and ``figures/patterning_parens.png``.
 """
 
@@ -52,7 +44,6 @@ import optax
 import scipy.stats
 
 from mechjax import config
-from mechjax import plotting
 from mechjax import rng
 from mechjax.config import ConfigError
 from mechjax.data import parens
@@ -60,20 +51,30 @@ from mechjax.models.transformer import Transformer
 from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
-from mechjax.slt import susceptibility as sus
 from mechjax.studies import frame
+from mechjax.studies import patterning_parens_llc as llc_design
+from mechjax.studies import patterning_parens_probe as probe_design
 from mechjax.train import loop
 
 NAME = "patterning_parens"
 CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
-CONDITIONS = ("unweighted", "toward_counts", "toward_prefix")
+DESIGNS = ("llc", "probe")
+PROBE_CONDITIONS = ("unweighted", "toward_counts", "toward_prefix")
+LLC_CONDITIONS = ("unweighted", *llc_design.REWEIGHTINGS)
 TARGETS = ("gap", "reference")
+OUTCOMES = (*parens.ALGORITHMS, "not perfect")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(config.Settings):
   run: config.RunSettings = config.group(
     config.RunSettings(steps=1000, num_seeds=8, log_every=50, checkpoint_every=250)
+  )
+  design: str = config.setting(
+    "llc",
+    "'llc': target each reference solution's LLC inside the linear regime, after a base-rate "
+    "sweep; 'probe': the earlier design, a probe loss targeted at one posterior.",
+    choices=DESIGNS,
   )
   length: int = config.setting(
     20, "String length (even).", check=config.all_of(config.at_least(6), config.even)
@@ -86,6 +87,23 @@ class Config(config.Settings):
   balanced_fraction: float = config.setting(
     0.5, "Fraction of balanced training strings.", check=config.within(0, 1)
   )
+  neg_prefix_fraction: float | None = config.setting(
+    None,
+    "Share of the negative (unequal-count) training strings that have a negative prefix, the "
+    "cue the prefix algorithm reads; unset (-1): with --design=llc the share of "
+    "--base_rate_fractions whose unweighted counts share is nearest 1/2, with --design=probe "
+    "uniform negatives (about 0.81 at length 20).",
+    check=config.within(0, 1, low_open=False, high_open=False),
+    unset=-1.0,
+  )
+  base_rate_fractions: tuple[float, ...] = config.setting(
+    (0.0, 0.05, 0.1, 0.2),
+    "Shares of negatives with the prefix cue at which --num_seeds unweighted seeds are trained "
+    "and counted (design llc; empty: no sweep, then --neg_prefix_fraction must be set).",
+    check=config.all_of(
+      config.each(config.within(0, 1, low_open=False, high_open=False)), config.distinct
+    ),
+  )
   num_probes: int = config.setting(
     512,
     "Probe strings (equal counts, a negative prefix, starting ( and ending )).",
@@ -93,7 +111,7 @@ class Config(config.Settings):
   )
   num_test: int = config.setting(
     1000,
-    "Held-out in-distribution strings (the 'perfect' check and φ_test).",
+    "Held-out in-distribution strings (the 'perfect' check and the held-out loss).",
     check=config.at_least(1),
   )
   disagreement: int = config.setting(
@@ -103,14 +121,17 @@ class Config(config.Settings):
   )
   d_model: int = config.setting(32, "Transformer width.", check=config.at_least(1))
   num_layers: int = config.setting(2, "Transformer layers.", check=config.at_least(1))
-  num_heads: int = config.setting(2, "Attention heads per layer.", check=config.at_least(1))
+  num_heads: int = config.setting(4, "Attention heads per layer.", check=config.at_least(1))
   d_mlp: int = config.setting(64, "MLP width.", check=config.at_least(1))
   learning_rate: float = config.setting(1e-3, "Adam step size.", check=config.positive)
+  weight_decay: float = config.setting(
+    1e-3, "Decoupled weight decay (AdamW); 0 trains with plain Adam.", check=config.non_negative
+  )
   batch_size: int = config.setting(64, "Training minibatch size.", check=config.at_least(1))
   chi_step: int = config.setting(
     250,
-    "Checkpoint of the unweighted seed 0 at which susceptibilities are estimated "
-    "(a multiple of --checkpoint_every, at most --steps).",
+    "Design probe: the checkpoint of the unweighted seed 0 at which susceptibilities are "
+    "estimated (a multiple of --checkpoint_every, at most --steps).",
     check=config.at_least(1),
   )
   per_group: int = config.setting(
@@ -129,12 +150,17 @@ class Config(config.Settings):
   llc_draws: int = config.setting(
     1000, "SGLD draws per chain for the reference solutions' LLCs.", check=config.at_least(1)
   )
+  llc_margin: float = config.setting(
+    20.0,
+    "Design llc: how far the re-weighting is to lower λ_target − λ_other, to first order.",
+    check=config.positive,
+  )
   ridge: float = config.setting(
     0.0, "Ridge ρ of the patterning inverse.", check=config.non_negative
   )
   target: str = config.setting(
     "gap",
-    "Size of the φ_counts target: 'gap' moves it by the distance between the "
+    "Design probe: size of the φ_counts target: 'gap' moves it by the distance between the "
     "reference solutions (same size both ways); 'reference' moves the posterior mean onto "
     "each reference.",
     choices=TARGETS,
@@ -146,7 +172,13 @@ class Config(config.Settings):
   )
 
   def validate(self):
-    self.run.check_checkpoint("chi_step", self.chi_step)
+    if self.design == "probe":
+      self.run.check_checkpoint("chi_step", self.chi_step)
+    elif self.neg_prefix_fraction is None and not self.base_rate_fractions:
+      raise ConfigError(
+        ("neg_prefix_fraction", "base_rate_fractions"),
+        "design llc needs --base_rate_fractions to choose from, or --neg_prefix_fraction",
+      )
     if max(self.batch_size, self.sgld.batch_size) > self.n:
       raise ConfigError(
         ("batch_size", "sgld.batch_size", "n"),
@@ -158,15 +190,24 @@ class Config(config.Settings):
     return sgld_lib.default_nbeta(self.n)
 
 
-def make_data(cfg: Config) -> dict[str, dict[str, np.ndarray]]:
-  """Training set, held-out test set (same distribution), probes and the disagreement pool; each
-  from its own stream of ``--seed``."""
+def make_data(cfg: Config, neg_prefix_fraction: float | None = None) -> dict:
+  """Training set, held-out test set (same distribution, with ``neg_prefix_fraction`` of negatives
+  carrying the prefix cue; None: uniform negatives), probes and the disagreement pool; each from its
+  own stream of ``--seed`` (so every fraction shares its balanced strings and its probes)."""
   seed = cfg.run.seed
   train = parens.make_dataset(
-    rng.numpy(seed, "train-strings"), cfg.n, cfg.length, cfg.balanced_fraction
+    rng.numpy(seed, "train-strings"),
+    cfg.n,
+    cfg.length,
+    cfg.balanced_fraction,
+    neg_prefix_fraction,
   )
   test = parens.make_dataset(
-    rng.numpy(seed, "test-strings"), cfg.num_test, cfg.length, cfg.balanced_fraction
+    rng.numpy(seed, "test-strings"),
+    cfg.num_test,
+    cfg.length,
+    cfg.balanced_fraction,
+    neg_prefix_fraction,
   )
   probe_rng = rng.numpy(seed, "probe-strings")
   pool = parens.sample_probes(probe_rng, 16 * cfg.num_probes, cfg.length)
@@ -232,11 +273,19 @@ class Model:
       self.logits(params, batch["tokens"]), batch["label"]
     )
 
+  def weighted_loss(self, params, batch):
+    """``weight_i · ℓ_i``: with weights of mean 1, the mean is the re-weighted loss."""
+    return batch["weight"] * self.per_sample_loss(params, batch)
+
   def counts_rate(self, params, tokens):
     return jnp.mean(jnp.argmax(self.logits(params, tokens), -1) == 1)
 
   def accuracy(self, params, batch):
     return jnp.mean(jnp.argmax(self.logits(params, batch["tokens"]), -1) == batch["label"])
+
+  def test_loss(self, params, test):
+    """The held-out loss, as a one-observable vector."""
+    return jnp.mean(self.per_sample_loss(params, test))[None]
 
   def probe_observables(self, params, od):
     """``(φ_counts, φ_test)``: the probe loss under counts labels and the held-out loss."""
@@ -268,10 +317,18 @@ def make_evaluate(model: Model, data: dict):
   return evaluate
 
 
-def _train(cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every):
+def optimizer(cfg: Config) -> optax.GradientTransformation:
+  """AdamW with ``weight_decay`` (plain Adam when it is 0)."""
+  if cfg.weight_decay == 0:
+    return optax.adam(cfg.learning_rate)
+  return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+
+def _train(cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every, train_like=None):
   evaluate = make_evaluate(model, data)
+  train_like = data["train"] if train_like is None else train_like
   problem = patterning.weighted_problem(
-    model.init, model.per_sample_loss, _jnp(data["train_like"]), weights, cfg.batch_size, evaluate
+    model.init, model.per_sample_loss, _jnp(train_like), weights, cfg.batch_size, evaluate
   )
   summarize = lambda row: (
     f"counts rate {np.round(row['counts_rate'], 2).tolist()} | test acc "
@@ -280,7 +337,7 @@ def _train(cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every):
   return ctx.train(
     run,
     problem,
-    optax.adam(cfg.learning_rate),
+    optimizer(cfg),
     keys=loop.seed_keys(cfg.run.seed, num_seeds),
     checkpoint_every=checkpoint_every,
     summarize=summarize,
@@ -288,11 +345,29 @@ def _train(cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every):
   )
 
 
-def reference_solutions(cfg: Config, model: Model, data: dict, ctx: frame.Context) -> dict:
-  """Trains one model per algorithm on training + disagreement strings labelled by it, and estimates
-  each one's LLC on the training set alone (where both are perfect)."""
+def train_condition(cfg, model, data, weights, run, ctx):
+  """``num_seeds`` seeds from scratch on the training strings sampled with ``weights``; the seeds
+  are the same keys in every condition (paired)."""
+  return _train(
+    cfg,
+    model,
+    data,
+    weights,
+    run,
+    ctx,
+    num_seeds=cfg.run.num_seeds,
+    checkpoint_every=cfg.run.checkpoint_every,
+  )
+
+
+def reference_solutions(
+  cfg: Config, model: Model, data: dict, ctx: frame.Context, *, estimate_llcs: bool, prefix=""
+) -> dict:
+  """Trains one model per algorithm on training + disagreement strings labelled by it; with
+  ``estimate_llcs``, estimates each one's LLC on the training set alone (where both are perfect)."""
   out = {}
   train_j = _jnp(data["train"])
+  probes = jnp.asarray(data["probes"]["tokens"])
   for algorithm in parens.ALGORITHMS:
     extra = data["disagreement"]["tokens"]
     forced = {
@@ -302,26 +377,17 @@ def reference_solutions(cfg: Config, model: Model, data: dict, ctx: frame.Contex
     result = _train(
       cfg,
       model,
-      {**data, "train_like": forced},
+      data,
       np.ones(len(forced["label"])),
-      f"reference_{algorithm}",
+      f"{prefix}reference_{algorithm}",
       ctx,
       num_seeds=1,
       checkpoint_every=cfg.run.steps,
+      train_like=forced,
     )
     params = jax.tree.map(lambda a: a[0], result.state["params"])
-    est = llc_lib.estimate_llc(
-      sgld_lib.MeanLoss(model.per_sample_loss),
-      params,
-      train_j,
-      key=rng.key(cfg.run.seed, "reference-llc"),
-      settings=dataclasses.replace(cfg.sgld, num_draws=cfg.llc_draws),
-    )
-    probes = jnp.asarray(data["probes"]["tokens"])
     out[algorithm] = {
       "params": params,
-      "llc_mean": est.llc_mean,
-      "llc_sd_over_chains": float(np.std(est.llc_per_chain)),
       "train_accuracy": float(model.accuracy(params, train_j)),
       "test_accuracy": float(model.accuracy(params, _jnp(data["test"]))),
       "counts_rate": float(model.counts_rate(params, probes)),
@@ -333,76 +399,21 @@ def reference_solutions(cfg: Config, model: Model, data: dict, ctx: frame.Contex
         )
       ),
     }
+    if estimate_llcs:
+      est = llc_lib.estimate_llc(
+        sgld_lib.MeanLoss(model.per_sample_loss),
+        params,
+        train_j,
+        key=rng.key(cfg.run.seed, "reference-llc"),
+        settings=dataclasses.replace(cfg.sgld, num_draws=cfg.llc_draws),
+      )
+      out[algorithm]["llc_mean"] = est.llc_mean
+      out[algorithm]["llc_sd_over_chains"] = float(np.std(est.llc_per_chain))
   return out
 
 
-def compute_patterning(cfg: Config, model: Model, data: dict, w_star, references: dict) -> dict:
-  """Susceptibilities at ``w_star`` over group-stratified training probes, group responses, and the
-  simplex re-weighting toward each reference solution."""
-  ids, names = groups(data["train"]["tokens"])
-  num_groups = len(names)
-  choice = rng.numpy(cfg.run.seed, "probe-choice")
-  chosen = np.concatenate(
-    [choice.permutation(np.nonzero(ids == g)[0])[: cfg.per_group] for g in range(num_groups)]
-  )
-  probe_data = _jnp({k: v[chosen] for k, v in data["train"].items()})
-  probes = jnp.asarray(data["probes"]["tokens"])
-  test = _jnp(data["test"])
-  counts_labels = jnp.ones(len(probes), jnp.int32)
-
-  t0 = time.perf_counter()
-  res = sus.estimate_susceptibilities(
-    model.per_sample_loss,
-    w_star,
-    _jnp(data["train"]),
-    probe_data,
-    key=rng.key(cfg.run.seed, "susceptibility"),
-    settings=cfg.sgld,
-    eval_size=cfg.eval_size,
-    observable=model.probe_observables,
-    observable_data={"probes": probes, "counts_labels": counts_labels, "test": test},
-  )
-  seconds = time.perf_counter() - t0
-  response = res.response[0, 1:]  # (2 observables, probes): φ_counts, φ_test
-  se = cfg.nbeta * res.standard_error[0, 1:]
-  sub_ids = ids[chosen]
-  j_g = patterning.group_response(response, sub_ids, num_groups)
-  se_g = np.sqrt(
-    patterning.group_response(se**2, sub_ids, num_groups)
-    / np.bincount(sub_ids, minlength=num_groups)
-  )
-  base = np.bincount(ids, minlength=num_groups) / len(ids)
-  mean_phi = res.observable_means[0, 1:]
-  out = {
-    "group_names": names,
-    "group_sizes": np.bincount(ids, minlength=num_groups).tolist(),
-    "base": base.tolist(),
-    "group_response": j_g.tolist(),
-    "group_response_se": se_g.tolist(),
-    "llc_at_w_star": float(res.llc[0]),
-    "posterior_mean_phi": mean_phi.tolist(),
-    "seconds": seconds,
-    "probes_per_group": np.bincount(sub_ids, minlength=num_groups).tolist(),
-    "targets": {},
-  }
-  gap = references["prefix"]["phi_counts"] - references["counts"]["phi_counts"]
-  for algorithm in parens.ALGORITHMS:
-    if cfg.target == "gap":
-      delta = gap if algorithm == "prefix" else -gap
-    else:
-      delta = references[algorithm]["phi_counts"] - mean_phi[0]
-    target = np.array([delta, 0.0])
-    dh = patterning.patterning_weights(j_g, target, ridge=cfg.ridge, simplex=True, base=base)
-    out["targets"][algorithm] = {
-      "target_delta": target.tolist(),
-      "group_distribution": (base + dh).tolist(),
-      "predicted_delta": (j_g @ dh).tolist(),
-      "total_variation": float(0.5 * np.abs(dh).sum()),
-    }
-  return out
-
-
-def _seed_outcomes(cfg: Config, row: dict) -> dict:
+def seed_outcomes(cfg: Config, row: dict) -> dict:
+  """Which algorithm each seed of a metrics row learned, and the tallies."""
   rate = np.asarray(row["counts_rate"], float)
   perfect = np.asarray(row["test_accuracy"], float) >= cfg.perfect_accuracy
   learned = np.where(~perfect, "not perfect", np.where(rate > 0.5, "counts", "prefix"))
@@ -411,36 +422,198 @@ def _seed_outcomes(cfg: Config, row: dict) -> dict:
     "test_accuracy": np.asarray(row["test_accuracy"], float).tolist(),
     "train_accuracy": np.asarray(row["train_accuracy"], float).tolist(),
     "learned": learned.tolist(),
-    "selected": {a: int(np.sum(learned == a)) for a in (*parens.ALGORITHMS, "not perfect")},
+    "selected": {a: int(np.sum(learned == a)) for a in OUTCOMES},
     "counts_rate_mean": float(rate.mean()),
     "counts_rate_sd": float(rate.std(ddof=1)) if rate.size > 1 else 0.0,
   }
 
 
+def fisher_p(condition: dict, unweighted: dict, algorithm: str) -> float:
+  """Fisher's exact test (two-sided) of ``algorithm``'s share of seeds in a condition against the
+  unweighted one: the 2 × 2 table of seeds that learned it and seeds that did not."""
+  n = sum(condition["selected"].values())
+  m = sum(unweighted["selected"].values())
+  a, b = condition["selected"][algorithm], unweighted["selected"][algorithm]
+  return float(scipy.stats.fisher_exact([[a, n - a], [b, m - b]]).pvalue)
+
+
+def _refs_summary(refs: dict) -> dict:
+  return {a: {k: v for k, v in r.items() if k != "params"} for a, r in refs.items()}
+
+
 @frame.study
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-  """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
-  figure."""
+  """Runs every stage of the chosen design (each resumes from what the workdir holds) and writes
+  summary.json and the figure."""
+  if cfg.design == "probe":
+    return _run_probe(cfg, ctx)
+  return _run_llc(cfg, ctx)
+
+
+def base_rate_sweep(cfg: Config, model: Model, ctx: frame.Context) -> tuple[list[dict], dict]:
+  """``num_seeds`` unweighted seeds at every share of ``base_rate_fractions``; returns the sweep's
+  rows and the runs' histories by fraction."""
+  rows, histories = [], {}
+  for f in cfg.base_rate_fractions:
+    data = make_data(cfg, f)
+    result = train_condition(cfg, model, data, np.ones(cfg.n), f"base_rate_{f:g}", ctx)
+    o = seed_outcomes(cfg, result.history[-1])
+    histories[f] = result.history
+    rows.append(
+      {
+        "fraction": f,
+        "selected": o["selected"],
+        "counts_share": o["selected"]["counts"] / cfg.run.num_seeds,
+        "counts_rate": o["counts_rate"],
+        "counts_rate_mean": o["counts_rate_mean"],
+      }
+    )
+  return rows, histories
+
+
+def choose_fraction(cfg: Config, sweep: list[dict]) -> tuple[float, str, bool]:
+  """The share the study continues at: ``neg_prefix_fraction`` if set, else the swept share whose
+  counts share is nearest one half (the first such). Returns it, how it was chosen, and whether its
+  base rate lies in 25–75% (None when it was not swept)."""
+  if cfg.neg_prefix_fraction is not None:
+    row = next((r for r in sweep if r["fraction"] == cfg.neg_prefix_fraction), None)
+    in_range = None if row is None else bool(0.25 <= row["counts_share"] <= 0.75)
+    return cfg.neg_prefix_fraction, "given", in_range
+  best = min(sweep, key=lambda r: abs(r["counts_share"] - 0.5))
+  return best["fraction"], "sweep", bool(0.25 <= best["counts_share"] <= 0.75)
+
+
+def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   t_start = time.perf_counter()
   model = Model(cfg)
-  data = make_data(cfg)
-  refs = reference_solutions(cfg, model, data, ctx)
-  t_refs = time.perf_counter() - t_start
-  unweighted = _train(
-    cfg,
-    model,
-    {**data, "train_like": data["train"]},
-    np.ones(cfg.n),
-    "unweighted",
-    ctx,
-    num_seeds=cfg.run.num_seeds,
-    checkpoint_every=cfg.run.checkpoint_every,
+  sweep, sweep_histories = base_rate_sweep(cfg, model, ctx)
+  fraction, chosen_by, in_range = choose_fraction(cfg, sweep)
+  ctx.log(
+    f"continuing at neg_prefix_fraction={fraction:g} ({chosen_by}; base rate in 25-75%: {in_range})"
   )
+  data = make_data(cfg, fraction)
+  histories = {}
+  if fraction in sweep_histories:
+    histories["unweighted"] = sweep_histories[fraction]
+  else:
+    histories["unweighted"] = train_condition(
+      cfg, model, data, np.ones(cfg.n), "unweighted", ctx
+    ).history
+  t_sweep = time.perf_counter() - t_start
+  refs = reference_solutions(cfg, model, data, ctx, estimate_llcs=False)
+  ids, names = groups(data["train"]["tokens"])
+  num_groups = len(names)
+  base = np.bincount(ids, minlength=num_groups) / len(ids)
+
+  def analysis():
+    chosen = probe_design.group_probes(cfg, ids, num_groups)
+    responses = llc_design.llc_responses(cfg, model, data, refs, ids, num_groups, chosen)
+    reweightings = llc_design.targets(responses, base, cfg.llc_margin, cfg.ridge)
+    tv = max(r["total_variation"] for r in reweightings.values())
+    d = {a: np.asarray(responses[a]["dllc_total"]) for a in parens.ALGORITHMS}
+    g = {a: np.asarray(responses[a]["dtest"]) for a in parens.ALGORITHMS}
+    reweightings["random"] = llc_design.random_reweighting(cfg.run.seed, base, tv, d, g)
+    measured = llc_design.measure_llcs(
+      cfg,
+      model,
+      data,
+      refs,
+      ids,
+      {k: r["group_distribution"] for k, r in reweightings.items()},
+    )
+    return {
+      "group_names": names,
+      "base": base.tolist(),
+      "probes_per_group": np.bincount(ids[chosen], minlength=num_groups).tolist(),
+      "responses": responses,
+      "reweightings": reweightings,
+      "measured_llc_per_chain": measured,
+      "comparison": llc_design.compare(reweightings, measured),
+    }
+
+  t0 = time.perf_counter()
+  pat = ctx.stage("patterning", analysis)
+  t_analysis = time.perf_counter() - t0
+  for name in llc_design.REWEIGHTINGS:
+    weights = patterning.sample_weights(pat["reweightings"][name]["group_distribution"], ids)
+    histories[name] = train_condition(cfg, model, data, weights, name, ctx).history
+  outcomes = {c: seed_outcomes(cfg, histories[c][-1]) for c in LLC_CONDITIONS}
+  unweighted_llc = {
+    a: float(np.mean(pat["measured_llc_per_chain"][a]["unweighted"])) for a in parens.ALGORITHMS
+  }
+  summary = {
+    "design": "llc",
+    "nbeta": cfg.nbeta,
+    "base_rate_sweep": sweep,
+    "neg_prefix_fraction": fraction,
+    "neg_prefix_fraction_chosen_by": chosen_by,
+    "base_rate_in_25_75": in_range,
+    "reference_solutions": {
+      a: {
+        **r,
+        "llc": unweighted_llc[a],
+        "llc_sd_over_chains": float(np.std(pat["measured_llc_per_chain"][a]["unweighted"])),
+        "llc_from_susceptibility_run": pat["responses"][a]["llc"],
+      }
+      for a, r in _refs_summary(refs).items()
+    },
+    "llc_response_parts": {
+      a: {
+        "implicit_norm": float(np.linalg.norm(pat["responses"][a]["dllc_implicit"])),
+        "explicit_norm": float(np.linalg.norm(pat["responses"][a]["dllc_explicit"])),
+        "total_norm": float(np.linalg.norm(pat["responses"][a]["dllc_total"])),
+      }
+      for a in parens.ALGORITHMS
+    },
+    "llc_margin": cfg.llc_margin,
+    "reweightings": {
+      k: {"total_variation": r["total_variation"], "predicted": r["predicted"]}
+      for k, r in pat["reweightings"].items()
+    },
+    "predicted_vs_measured": pat["comparison"],
+    "conditions": outcomes,
+    "fisher_p_vs_unweighted": {
+      c: {a: fisher_p(outcomes[c], outcomes["unweighted"], a) for a in parens.ALGORITHMS}
+      for c in llc_design.REWEIGHTINGS
+    },
+    # The seeds are paired (the same keys in every condition): Wilcoxon signed-rank on counts rates.
+    "wilcoxon_p_vs_unweighted": {
+      c: _wilcoxon(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
+      for c in llc_design.REWEIGHTINGS
+    },
+    "seconds": {
+      "sweep": t_sweep,
+      "analysis": t_analysis,
+      "total": time.perf_counter() - t_start,
+    },
+  }
+  return frame.Outputs(
+    summary,
+    figures=lambda folder: [
+      llc_design.plot(
+        sweep,
+        pat["responses"],
+        pat["comparison"],
+        outcomes,
+        names,
+        os.path.join(folder, "patterning_parens.png"),
+      )
+    ],
+  )
+
+
+def _run_probe(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  t_start = time.perf_counter()
+  model = Model(cfg)
+  data = make_data(cfg, cfg.neg_prefix_fraction)
+  refs = reference_solutions(cfg, model, data, ctx, estimate_llcs=True)
+  t_refs = time.perf_counter() - t_start
+  unweighted = train_condition(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
   histories = {"unweighted": unweighted.history}
 
   def patterning_stage():
     w_star = jax.tree.map(lambda a: a[0], unweighted.params_at([cfg.chi_step])[cfg.chi_step])
-    return compute_patterning(cfg, model, data, w_star, refs)
+    return probe_design.compute_patterning(cfg, model, data, w_star, refs, groups)
 
   pat = ctx.stage("patterning", patterning_stage)
   ids, _ = groups(data["train"]["tokens"])
@@ -449,20 +622,19 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     histories[f"toward_{algorithm}"] = _train(
       cfg,
       model,
-      {**data, "train_like": data["train"]},
+      data,
       weights,
       f"toward_{algorithm}",
       ctx,
       num_seeds=cfg.run.num_seeds,
       checkpoint_every=cfg.run.steps,
     ).history
-  outcomes = {c: _seed_outcomes(cfg, histories[c][-1]) for c in CONDITIONS}
+  outcomes = {c: seed_outcomes(cfg, histories[c][-1]) for c in PROBE_CONDITIONS}
   summary = {
+    "design": "probe",
     "nbeta": cfg.nbeta,
     "chi_step": cfg.chi_step,
-    "reference_solutions": {
-      a: {k: v for k, v in r.items() if k != "params"} for a, r in refs.items()
-    },
+    "reference_solutions": _refs_summary(refs),
     "patterning": {
       k: pat[k] for k in ("llc_at_w_star", "posterior_mean_phi", "targets", "seconds")
     },
@@ -470,20 +642,57 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     # Paired by seed (the same keys in every condition): Wilcoxon signed-rank on the counts rates.
     "wilcoxon_p_vs_unweighted": {
       c: _wilcoxon(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
-      for c in CONDITIONS[1:]
+      for c in PROBE_CONDITIONS[1:]
     },
     "seconds": {"references": t_refs, "total": time.perf_counter() - t_start},
   }
   return frame.Outputs(
     summary,
     figures=lambda folder: [
-      plot(cfg, pat, histories, refs, os.path.join(folder, "patterning_parens.png"))
+      probe_design.plot(
+        cfg, pat, histories, refs, PROBE_CONDITIONS, os.path.join(folder, "patterning_parens.png")
+      )
     ],
   )
 
 
 def report(summary: dict) -> list[str]:
-  """Each reference solution's LLC, and which algorithm every condition's seeds learned."""
+  """What the command line prints: the sweep, each reference solution's LLC, predicted against
+  measured Δλ, and which algorithm every condition's seeds learned."""
+  if summary.get("design", "probe") == "probe":
+    return _report_probe(summary)
+  lines = ["  base-rate sweep (unweighted; share of negatives with the prefix cue: selected):"]
+  for row in summary["base_rate_sweep"]:
+    lines.append(f"    {row['fraction']:g}: {row['selected']}")
+  lines.append(
+    f"  continued at {summary['neg_prefix_fraction']:g} ({summary['neg_prefix_fraction_chosen_by']}"
+    f"; base rate in 25-75%: {summary['base_rate_in_25_75']})"
+  )
+  for a, r in summary["reference_solutions"].items():
+    lines.append(
+      f"  reference {a}: LLC {r['llc']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains), "
+      f"train accuracy {r['train_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
+    )
+  for name, row in summary["predicted_vs_measured"].items():
+    tv = summary["reweightings"][name]["total_variation"]
+    gap = row["dllc_counts_minus_prefix"]
+    lines.append(
+      f"  {name} (TV {tv:.3f}): Δ(λ_counts − λ_prefix) predicted {gap['predicted']:+.2f}, "
+      f"measured {gap['measured']:+.2f} ± {gap['se']:.2f}"
+    )
+  for c, o in summary["conditions"].items():
+    p = summary["fisher_p_vs_unweighted"].get(c)
+    w = summary.get("wilcoxon_p_vs_unweighted", {}).get(c)
+    lines.append(
+      f"  {c}: selected {o['selected']}; counts rate {o['counts_rate_mean']:.3f} ± "
+      f"{o['counts_rate_sd']:.3f}"
+      + ("" if p is None else f"; Fisher p (counts share vs unweighted) = {p['counts']:.3g}")
+      + ("" if w is None else f", Wilcoxon p (paired counts rates) = {w:.3g}")
+    )
+  return lines
+
+
+def _report_probe(summary: dict) -> list[str]:
   lines = []
   for a, r in summary["reference_solutions"].items():
     lines.append(
@@ -508,69 +717,3 @@ def _wilcoxon(a, b) -> float | None:
   if d.size < 2 or np.all(d == 0):
     return None
   return float(scipy.stats.wilcoxon(a, b).pvalue)
-
-
-def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
-  """Group responses of φ_counts (±2 s.e.), the group distributions, and the counts rate over
-  training."""
-  plt = plotting.plt
-  fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), gridspec_kw={"width_ratios": [1.3, 1.3, 1]})
-  names = pat["group_names"]
-  j = np.asarray(pat["group_response"])[0]
-  se = np.asarray(pat["group_response_se"])[0]
-  order = np.argsort(j)
-  x = np.arange(len(names))
-  ax = axes[0]
-  ax.bar(
-    x, j[order], yerr=2 * se[order], color=np.where(j[order] < 0, "C2", "C3"), alpha=0.8, capsize=2
-  )
-  ax.set_xticks(x, [names[i] for i in order], rotation=90, fontsize=6)
-  ax.set_ylabel("dE[φ_counts]/dh  (< 0: toward counts)")
-  ax.set_title(
-    f"group responses at step {cfg.chi_step} (nβ = {cfg.nbeta:.0f}, ±2 s.e.)", fontsize=10
-  )
-  ax.grid(alpha=0.3, axis="y")
-  ax = axes[1]
-  width = 0.4
-  base = np.asarray(pat["base"])
-  for i, a in enumerate(parens.ALGORITHMS):
-    tv = pat["targets"][a]["total_variation"]
-    change = np.asarray(pat["targets"][a]["group_distribution"]) - base
-    ax.bar(
-      x + (i - 0.5) * width,
-      change[order],
-      width,
-      label=f"toward {a} (TV {tv:.3f})",
-      color=f"C{2 if a == 'counts' else 3}",
-    )
-  ax.axhline(0, color="black", lw=0.6)
-  ax.set_xticks(x, [names[i] for i in order], rotation=90, fontsize=6)
-  ax.set_ylabel("change of the group's probability")
-  ax.set_title("re-weighting (same group order)", fontsize=10)
-  ax.legend(fontsize=8)
-  ax.grid(alpha=0.3, axis="y")
-  ax = axes[2]
-  colors = {"unweighted": "gray", "toward_counts": "C2", "toward_prefix": "C3"}
-  for c in CONDITIONS:
-    steps = np.array([h["step"] for h in histories[c]])
-    rate = np.array([h["counts_rate"] for h in histories[c]], float)
-    ax.plot(steps, rate, color=colors[c], lw=0.7, alpha=0.5)
-    ax.plot(steps, rate.mean(1), color=colors[c], lw=2, label=c.replace("_", " "))
-  for a, style in zip(parens.ALGORITHMS, ("--", ":")):
-    ax.axhline(
-      refs[a]["counts_rate"],
-      color="black",
-      ls=style,
-      lw=0.8,
-      label=f"reference {a} (LLC {refs[a]['llc_mean']:.1f})",
-    )
-  ax.set_xlabel("training step")
-  ax.set_ylabel("counts rate on probes")
-  ax.set_ylim(-0.03, 1.03)
-  ax.set_title(f"{cfg.run.num_seeds} seeds per condition (thin: each seed)", fontsize=10)
-  ax.legend(fontsize=7)
-  ax.grid(alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path

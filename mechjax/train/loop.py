@@ -14,7 +14,10 @@ The pieces, from the inside out:
   checkpoints.
 
 A train state is a plain dict pytree ``{"params", "opt_state", "step", "key", "eval_key"}``; with
-seeds vmapped every leaf has a leading seed axis ``S``.
+seeds vmapped every leaf has a leading seed axis ``S``. A run whose members differ by more than
+their key (a teacher per member, say) passes ``member_data`` to :func:`train`: it is stored in the
+state under ``"member_data"``, checkpointed with it, and handed to the problem's ``loss`` and
+``evaluate`` as a third argument.
 """
 
 from __future__ import annotations
@@ -50,9 +53,11 @@ class Problem:
   Attributes:
     init: ``init(key) -> params``.
     loss: ``loss(params, key) -> (scalar loss, dict of scalar metrics)``; draws its own batch from
-    ``key``. evaluate: optional ``evaluate(params, key) -> dict of scalars``, run at every logged
-    step with a key
-      fixed per seed (so a fixed test set can be drawn from it inside the compiled program).
+      ``key``. A run given ``member_data`` calls ``loss(params, key, member_data)`` with this
+      member's slice of it.
+    evaluate: optional ``evaluate(params, key) -> dict of scalars`` (``evaluate(params, key,
+      member_data)`` with ``member_data``), run at every logged step with a key fixed per seed (so a
+      fixed test set can be drawn from it inside the compiled program).
   """
 
   init: Callable[[jax.Array], Params]
@@ -68,7 +73,11 @@ def seed_keys(seed: int, num_seeds: int) -> jax.Array:
 
 
 def init_state(
-  problem: Problem, optimizer: optax.GradientTransformation, key: jax.Array, params: Params = None
+  problem: Problem,
+  optimizer: optax.GradientTransformation,
+  key: jax.Array,
+  params: Params = None,
+  member_data: Any = None,
 ) -> State:
   """The initial state of one seed (vmap it over :func:`seed_keys` for many).
 
@@ -78,16 +87,26 @@ def init_state(
     key: this seed's key, split into the init, training and evaluation streams.
     params: replaces ``problem.init`` (fine-tuning starts from given weights with a fresh optimizer
       state).
+    member_data: this member's fixed data (e.g. its teacher), kept in the state and passed to the
+      problem's ``loss`` and ``evaluate``; None for none.
   """
   k_init, k_train, k_eval = jax.random.split(key, 3)
   params = problem.init(k_init) if params is None else params
-  return {
+  state = {
     "params": params,
     "opt_state": optimizer.init(params),
     "step": jnp.zeros((), jnp.int32),
     "key": k_train,
     "eval_key": k_eval,
   }
+  if member_data is not None:
+    state["member_data"] = member_data
+  return state
+
+
+def _member_args(state: State) -> tuple:
+  """The problem functions' extra arguments: ``(member_data,)`` when the state holds it."""
+  return (state["member_data"],) if "member_data" in state else ()
 
 
 def make_train_step(problem: Problem, optimizer: optax.GradientTransformation):
@@ -95,7 +114,9 @@ def make_train_step(problem: Problem, optimizer: optax.GradientTransformation):
   ``key``."""
 
   def step(state: State, key: jax.Array) -> tuple[State, Metrics]:
-    (loss, aux), grads = jax.value_and_grad(problem.loss, has_aux=True)(state["params"], key)
+    (loss, aux), grads = jax.value_and_grad(problem.loss, has_aux=True)(
+      state["params"], key, *_member_args(state)
+    )
     updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     new_state = {**state, "params": params, "opt_state": opt_state, "step": state["step"] + 1}
@@ -140,7 +161,7 @@ def make_chunk_fn(
     state, per_step = scan_steps(step_fn, state, num_steps)
     end = {"params_finite": _all_finite(state["params"])}
     if problem.evaluate is not None:
-      end.update(problem.evaluate(state["params"], state["eval_key"]))
+      end.update(problem.evaluate(state["params"], state["eval_key"], *_member_args(state)))
     return state, per_step, end
 
   if vmapped:
@@ -212,6 +233,7 @@ def train(
   shard_seeds: bool | None = None,
   hyperparams: dict[str, Sequence[float]] | None = None,
   tensorboard: bool = False,
+  member_data: Any = None,
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
@@ -251,6 +273,10 @@ def train(
       them with the state.
     tensorboard: also write the metrics as TensorBoard event files under
       ``workdir/tensorboard/<run>/`` (:class:`~mechjax.train.metrics.MetricsWriter`).
+    member_data: fixed per-member data, a pytree whose leaves have the seed axis in front (e.g. a
+      teacher per member, so that several teachers train in the one program); the problem's
+      ``loss`` and ``evaluate`` get each member's slice as a third argument. It is checkpointed
+      with the state, and a resume with different ``member_data`` is refused.
 
   Returns:
     A :class:`TrainResult`: the final state, this run's metrics rows, the step it resumed from, and
@@ -270,8 +296,10 @@ def train(
     run=run,
     shard_seeds=shard_seeds,
     initial_params=initial_params,
+    member_data=member_data,
   )
-  init_fn = _init_fn(problem, optimizer, initial_params)
+  _check_member_data(member_data, keys.shape[0])
+  init_fn = _init_fn(problem, optimizer, initial_params, member_data)
   abstract_state = jax.eval_shape(init_fn, keys)
   sharding = state_sharding(keys.shape[0], shard_seeds)
 
@@ -288,6 +316,7 @@ def train(
           lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract_state
         )
       state = checkpointer.restore(abstract_state, start)
+      _check_restored_member_data(state, member_data, run)
       writer.truncate_after(start)
     else:
       state = init_fn(keys)
@@ -334,19 +363,54 @@ def train(
 
 
 def _init_fn(
-  problem: Problem, optimizer: optax.GradientTransformation, initial_params: Params = None
+  problem: Problem,
+  optimizer: optax.GradientTransformation,
+  initial_params: Params = None,
+  member_data: Any = None,
 ):
   """``init(keys) -> state`` with the seed axis: from ``problem.init``, or from
-  ``initial_params``."""
-  if initial_params is None:
-    return jax.jit(jax.vmap(functools.partial(init_state, problem, optimizer)))
-  return jax.jit(
-    lambda keys: jax.vmap(functools.partial(init_state, problem, optimizer))(keys, initial_params)
+  ``initial_params``; with ``member_data`` in the state when given."""
+  init = jax.vmap(functools.partial(init_state, problem, optimizer))
+  if initial_params is None and member_data is None:
+    return jax.jit(init)
+  return jax.jit(lambda keys: init(keys, initial_params, member_data))
+
+
+def _abstract_state(problem, optimizer, keys, initial_params=None, member_data=None):
+  return jax.eval_shape(_init_fn(problem, optimizer, initial_params, member_data), keys)
+
+
+def _check_member_data(member_data, num_seeds: int) -> None:
+  """Every leaf of ``member_data`` must carry the seed axis in front."""
+  if member_data is None:
+    return
+  leaves = jax.tree_util.tree_leaves_with_path(member_data)
+  if not leaves:
+    raise ValueError("member_data has no arrays; pass None for a run without member data")
+  for path, leaf in leaves:
+    shape = np.shape(leaf)
+    if not shape or shape[0] != num_seeds:
+      raise ValueError(
+        f"member_data{jax.tree_util.keystr(path)} must have the seed axis ({num_seeds}, one entry "
+        f"per key) in front; got shape {shape}"
+      )
+
+
+def _check_restored_member_data(state: State, member_data, run: str) -> None:
+  """A checkpoint resumes only with the member data it was trained with."""
+  saved = state.get("member_data")
+  if member_data is None:
+    return
+  same = jax.tree.all(
+    jax.tree.map(
+      lambda a, b: bool(np.array_equal(np.asarray(_fetch(a)), np.asarray(b))), saved, member_data
+    )
   )
-
-
-def _abstract_state(problem, optimizer, keys, initial_params=None):
-  return jax.eval_shape(_init_fn(problem, optimizer, initial_params), keys)
+  if not same:
+    raise ValueError(
+      f"the checkpoint of run '{run}' was trained with other member_data than the one given; "
+      "use a new workdir (or overwrite) to train with this member data"
+    )
 
 
 def _host_if_multiprocess(state: State) -> State:
@@ -488,6 +552,7 @@ def checkpoint_params(
   steps: Sequence[int] | None = None,
   shard_seeds: bool | None = None,
   initial_params: Params = None,
+  member_data: Any = None,
 ) -> dict[int, Params]:
   """The (seed-stacked) params saved by :func:`train`, by step.
 
@@ -504,8 +569,10 @@ def checkpoint_params(
     steps: the steps to read; all committed steps by default.
     shard_seeds: as given to :func:`train`.
     initial_params: as given to :func:`train`.
+    member_data: as given to :func:`train` (the checkpoint holds it, so the restore needs its
+      structure).
   """
-  abstract = _abstract_state(problem, optimizer, keys, initial_params)
+  abstract = _abstract_state(problem, optimizer, keys, initial_params, member_data)
   sharding = state_sharding(keys.shape[0], shard_seeds)
   if sharding is not None:
     abstract = jax.tree.map(

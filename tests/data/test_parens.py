@@ -40,3 +40,22 @@ def test_same_seed_same_dataset_and_bad_length_refused():
   np.testing.assert_array_equal(a["tokens"], b["tokens"])
   with pytest.raises(ValueError, match="even"):
     parens.make_dataset(0, 10, 7)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 1.0])
+def test_neg_prefix_fraction_sets_the_share_of_negatives_with_the_cue(fraction):
+  data = parens.make_dataset(0, 2000, 20, neg_prefix_fraction=fraction)
+  neg = data["tokens"][data["label"] == 0]
+  assert len(neg) == 1000 and not np.any(parens.equal_counts(neg))
+  assert parens.has_negative_prefix(neg).mean() == fraction
+  # Both algorithms still agree on every training string.
+  np.testing.assert_array_equal(
+    parens.label(data["tokens"], "counts"), parens.label(data["tokens"], "prefix")
+  )
+
+
+def test_uniform_negatives_mostly_carry_the_cue_and_a_bad_fraction_is_refused():
+  neg = parens.sample_unequal(np.random.default_rng(0), 4000, 20)
+  assert 0.78 < parens.has_negative_prefix(neg).mean() < 0.84  # about 81% at length 20
+  with pytest.raises(ValueError, match=r"neg_prefix_fraction must be in \[0, 1\]"):
+    parens.sample_unequal(np.random.default_rng(0), 10, 20, 1.5)

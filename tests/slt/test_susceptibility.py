@@ -167,3 +167,56 @@ def test_bif_matches_the_covariance_of_exact_posterior_draws():
   exact = -np.cov(losses.T)[:2, 2:]
   assert got.shape == (2, 3)
   np.testing.assert_allclose(got, exact, rtol=0.15, atol=0.1 * np.abs(exact).max())
+
+
+@pytest.mark.slow
+def test_llc_response_adds_the_explicit_term_and_matches_the_exact_derivative():
+  """Noise-free regression: every per-sample loss has its minimum at w*, so λ(q) = (nβ/2)·tr(S_q
+  Σ_q) with S_q = Σ q_i x_i x_iᵀ and Σ_q = (nβ S_q + γI)⁻¹. Toward sample i (B_i = x_i x_iᵀ − S) its
+  derivative is (nβ/2)·[tr(B_i Σ) − nβ·tr(S Σ B_i Σ)]: the explicit and implicit terms nearly
+  cancel (λ ≈ d/2 whatever the weights), while the implicit term alone is of order d."""
+  p = gaussian.make_problem(n=64, noise=0.0, localization=1.0)
+  data = {"x": jnp.asarray(p.x, jnp.float32), "y": jnp.asarray(p.y, jnp.float32)}
+  per_sample = lambda w, b: gaussian.per_sample_loss(w["w"], b["x"], b["y"])
+  probes = {"x": data["x"][:6], "y": data["y"][:6]}
+  res = sus.estimate_susceptibilities(
+    per_sample,
+    {"w": jnp.asarray(p.center, jnp.float32)},
+    data,
+    probes,
+    key=jax.random.PRNGKey(1),
+    num_chains=8,
+    num_draws=8000,
+    num_burnin=500,
+    step_size=5e-4,
+    nbeta=p.nbeta,
+    localization=p.localization,
+    batch_size=p.n,
+    eval_size=p.n,
+  )
+  got = sus.llc_response(res)
+  err = p.nbeta * p.nbeta * res.standard_error[0, 0]  # the implicit term's Monte-Carlo error
+  s = p.x.T @ p.x / p.n
+  cov = np.linalg.inv(p.nbeta * s + p.localization * np.eye(3))
+  exact_implicit, exact_total = [], []
+  for i in range(6):
+    b = np.outer(p.x[i], p.x[i]) - s
+    exact_implicit.append(-(p.nbeta**2) / 2 * np.trace(s @ cov @ b @ cov))
+    exact_total.append(p.nbeta / 2 * np.trace(b @ cov) + exact_implicit[-1])
+  exact_implicit, exact_total = np.array(exact_implicit), np.array(exact_total)
+  scale = np.abs(exact_implicit).max()
+  assert scale > 1.0  # the implicit term alone is far from the answer
+  assert got["total"].shape == (1, 6)
+  assert np.all(np.abs(got["implicit"][0] - exact_implicit) <= 3 * err + 0.05 * scale), (
+    got["implicit"],
+    exact_implicit,
+    err,
+  )
+  # The total's error is the implicit term's less what the explicit term shares with it.
+  assert np.all(np.abs(got["total"][0] - exact_total) <= 3 * err + 0.05 * scale), (
+    got["total"],
+    exact_total,
+    err,
+  )
+  assert np.abs(exact_total).max() < 0.1 * scale
+  np.testing.assert_allclose(got["total"], got["implicit"] + got["explicit"], rtol=1e-6)

@@ -12,6 +12,7 @@ from mechjax.models.transformer import Transformer
 from mechjax.models.transformer import attention_patterns
 from mechjax.studies import patterning_induction as ind
 from mechjax.studies import patterning_parens as pp
+from mechjax.studies import patterning_parens_llc as pl
 from tests.helpers import check_report
 
 
@@ -36,9 +37,133 @@ def test_parens_probes_are_where_the_algorithms_disagree():
   assert np.array_equal(parens.label(data["train"]["tokens"], "counts"), data["train"]["label"])
 
 
-def test_parens_config_refuses_a_chi_step_that_is_not_a_checkpoint():
+def test_choose_fraction_takes_the_base_rate_nearest_one_half_or_the_given_one():
+  sweep = [
+    {"fraction": 0.0, "counts_share": 1.0},
+    {"fraction": 0.25, "counts_share": 0.625},
+    {"fraction": 0.5, "counts_share": 0.125},
+  ]
+  assert pp.choose_fraction(pp.Config(), sweep) == (0.25, "sweep", True)
+  cfg = pp.Config().replace(neg_prefix_fraction=0.5)
+  assert pp.choose_fraction(cfg, sweep) == (0.5, "given", False)
+  assert pp.choose_fraction(pp.Config().replace(neg_prefix_fraction=0.9), sweep) == (
+    0.9,
+    "given",
+    None,
+  )
+  lopsided = [{"fraction": 0.0, "counts_share": 1.0}, {"fraction": 0.5, "counts_share": 0.875}]
+  assert pp.choose_fraction(pp.Config(), lopsided) == (0.5, "sweep", False)
+
+
+def _responses(seed=0, groups=6):
+  r = np.random.default_rng(seed)
+  return {
+    a: {"dllc_total": r.normal(size=groups).tolist(), "dtest": r.normal(size=groups).tolist()}
+    for a in parens.ALGORITHMS
+  }
+
+
+def test_llc_targets_lower_the_gap_by_the_margin_and_keep_the_held_out_loss():
+  responses = _responses()
+  base = np.full(6, 1 / 6)
+  out = pl.targets(responses, base, margin=0.05)
+  for target, sign in (("counts", -1), ("prefix", 1)):
+    rw = out[f"toward_{target}"]
+    dist = np.asarray(rw["group_distribution"])
+    assert np.all(dist >= -1e-12) and abs(dist.sum() - 1) < 1e-9
+    pred = rw["predicted"]
+    # toward counts lowers λ_counts − λ_prefix by the margin; toward prefix raises it by as much.
+    assert abs(pred["dllc_counts_minus_prefix"] - sign * 0.05) < 1e-4, pred
+    assert abs(pred["dtest_counts"]) < 1e-4 and abs(pred["dtest_prefix"]) < 1e-4
+    assert 0 < rw["total_variation"] < 0.5
+
+
+def test_random_reweighting_has_the_given_total_variation_and_stays_a_distribution():
+  base = np.array([0.1, 0.2, 0.3, 0.4])
+  d = {a: np.ones(4) for a in parens.ALGORITHMS}
+  rw = pl.random_reweighting(0, base, 0.05, d, d)
+  dist = np.asarray(rw["group_distribution"])
+  assert abs(rw["total_variation"] - 0.05) < 1e-12 and np.all(dist >= 0)
+  assert abs(dist.sum() - 1) < 1e-12
+  assert abs(rw["predicted"]["dllc_counts"]) < 1e-12  # a constant response sees no re-weighting
+  assert rw == pl.random_reweighting(0, base, 0.05, d, d)  # a named stream: reproducible
+
+
+def test_compare_pairs_the_chains_and_fisher_counts_seeds():
+  measured = {
+    "counts": {"unweighted": [10.0, 12.0, 11.0], "x": [9.0, 11.5, 10.0]},
+    "prefix": {"unweighted": [20.0, 21.0, 22.0], "x": [20.0, 21.0, 22.0]},
+  }
+  rw = {
+    "x": {"predicted": {"dllc_counts": -1.0, "dllc_prefix": 0.0, "dllc_counts_minus_prefix": -1}}
+  }
+  row = pl.compare(rw, measured)["x"]
+  assert row["dllc_counts"]["measured"] == pytest.approx(-2.5 / 3)
+  assert row["dllc_counts"]["se"] == pytest.approx(np.std([-1, -0.5, -1], ddof=1) / np.sqrt(3))
+  assert row["dllc_prefix"] == {"predicted": 0.0, "measured": 0.0, "se": 0.0}
+  a = {"selected": {"counts": 8, "prefix": 0, "not perfect": 0}}
+  b = {"selected": {"counts": 0, "prefix": 8, "not perfect": 0}}
+  assert pp.fisher_p(a, b, "counts") == pytest.approx(2 / 12870)  # 2 / C(16, 8)
+  assert pp.fisher_p(a, a, "counts") == 1.0
+
+
+def test_parens_config_refuses_a_chi_step_that_is_not_a_checkpoint_and_an_empty_sweep():
   with pytest.raises(ValueError, match="multiple of checkpoint_every"):
-    pp.Config().replace(steps=1000, checkpoint_every=250, chi_step=300)
+    pp.Config().replace(design="probe", steps=1000, checkpoint_every=250, chi_step=300)
+  with pytest.raises(ValueError, match="needs --base_rate_fractions to choose from"):
+    pp.Config().replace(base_rate_fractions=())
+  assert pp.Config().replace(base_rate_fractions=(), neg_prefix_fraction=0.3).design == "llc"
+
+
+TINY_PARENS = dict(
+  length=8,
+  n=96,
+  num_probes=8,
+  num_test=32,
+  disagreement=16,
+  d_model=8,
+  num_heads=2,
+  d_mlp=8,
+  steps=20,
+  checkpoint_every=10,
+  log_every=10,
+  num_seeds=2,
+  chains=2,
+  draws=8,
+  burnin=2,
+  llc_draws=8,
+  per_group=2,
+  eval_size=16,
+  sgld_batch_size=16,
+  batch_size=16,
+  base_rate_fractions=(0.5,),
+)
+
+
+@pytest.mark.slow
+def test_parens_llc_design_end_to_end_and_resume_reuses_the_analysis(tmp_path, monkeypatch):
+  cfg = pp.Config().replace(**TINY_PARENS)
+  summary = pp.run(cfg, str(tmp_path), progress=False)
+  assert [r["fraction"] for r in summary["base_rate_sweep"]] == [0.5]
+  assert summary["neg_prefix_fraction"] == 0.5
+  assert set(summary["conditions"]) == set(pp.LLC_CONDITIONS)
+  for c, o in summary["conditions"].items():
+    assert sum(o["selected"].values()) == 2, c
+  assert set(summary["fisher_p_vs_unweighted"]) == set(pl.REWEIGHTINGS)
+  rows = summary["predicted_vs_measured"]
+  assert set(rows) == set(pl.REWEIGHTINGS)
+  for row in rows.values():
+    assert np.isfinite(row["dllc_counts_minus_prefix"]["measured"])
+  tvs = [summary["reweightings"][k]["total_variation"] for k in pl.REWEIGHTINGS]
+  # The random control moves as much, or as far as mixing toward its random distribution can.
+  assert tvs[2] <= max(tvs[:2]) + 1e-9 and tvs[2] > 0
+  assert sorted(check_report(tmp_path)) == ["figures/patterning_parens.png"]
+  assert any("predicted" in line for line in pp.report(summary))
+  monkeypatch.setattr(pl, "llc_responses", lambda *a, **k: pytest.fail("recomputed the analysis"))
+  (tmp_path / "summary.json").unlink()  # interrupted after the analysis stage
+  again = pp.run(cfg, str(tmp_path), progress=False)
+  assert again["predicted_vs_measured"] == summary["predicted_vs_measured"]
+  assert again["conditions"] == summary["conditions"]
 
 
 def _tiny_attn_model():

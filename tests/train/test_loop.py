@@ -258,3 +258,56 @@ def test_workdir_rules(tmp_path):
   with pytest.raises(workdir_lib.WorkdirError, match="holds no mechjax run"):
     workdir_lib.prepare(str(other), cfg, overwrite=True)
   assert (other / "precious.txt").exists()
+
+
+def teacher_problem(dim=3):
+  """Regression on a teacher that each member brings in ``member_data``."""
+
+  def loss(params, key, teacher):
+    x = jax.random.normal(key, (8, dim))
+    return jnp.mean((x @ params["w"] - x @ teacher["w"]) ** 2), {}
+
+  def evaluate(params, key, teacher):
+    return {"err": jnp.linalg.norm(params["w"] - teacher["w"])}
+
+  return loop.Problem(lambda k: {"w": 0.1 * jax.random.normal(k, (dim,))}, loss, evaluate)
+
+
+def test_member_data_gives_each_member_its_own_teacher_and_resumes_only_with_it(tmp_path):
+  problem, opt = teacher_problem(), optax.sgd(0.1)
+  keys = loop.seed_keys(0, 3)
+  teachers = {"w": jnp.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, -3.0]])}
+  kw = dict(steps=40, log_every=20, checkpoint_every=20, progress=False)
+  together = loop.train(
+    problem, opt, keys=keys, workdir=tmp_path / "all", member_data=teachers, **kw
+  )
+  # Each member learned its own teacher, and equals the member trained alone with that teacher.
+  np.testing.assert_allclose(together.state["params"]["w"], teachers["w"], atol=1e-2)
+  for i in range(3):
+    alone = loop.train(
+      problem,
+      opt,
+      keys=keys[i : i + 1],
+      workdir=tmp_path / f"alone{i}",
+      member_data=jax.tree.map(lambda a: a[i : i + 1], teachers),
+      **kw,
+    )
+    np.testing.assert_array_equal(alone.state["params"]["w"][0], together.state["params"]["w"][i])
+  assert len(together.history[-1]["err"]) == 3
+  # The checkpoints hold the teachers; params_at restores with them.
+  saved = together.params_at([20])[20]
+  assert saved["w"].shape == (3, 3)
+  # A resume with other member data is refused, by name; a bad leading axis too.
+  with pytest.raises(ValueError, match="other member_data"):
+    loop.train(
+      problem,
+      opt,
+      keys=keys,
+      workdir=tmp_path / "all",
+      member_data={"w": -teachers["w"]},
+      **{**kw, "steps": 60},
+    )
+  with pytest.raises(ValueError, match=r"member_data\['w'\] must have the seed axis \(3"):
+    loop.train(
+      problem, opt, keys=keys, workdir=tmp_path / "bad", member_data={"w": teachers["w"][:2]}, **kw
+    )
