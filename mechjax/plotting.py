@@ -64,13 +64,14 @@ def loglog_fit_figure(
   ylabel: str,
   title: str,
   scatter: list[tuple[np.ndarray, np.ndarray]] | None = None,
+  label: str = "median over seeds",
 ) -> str:
   """Log-log points with a fitted power law ``y = prefactor · x^exponent``. Returns ``path``."""
   fig, ax = plt.subplots(figsize=(4.8, 3.8))
   if scatter:
     for xs, ys in scatter:
       ax.scatter(xs, ys, s=8, color="gray", alpha=0.4)
-  ax.loglog(x, y, "o", color="C0", label="median over seeds")
+  ax.loglog(x, y, "o", color="C0", label=label)
   grid = np.geomspace(x.min(), x.max(), 50)
   ax.loglog(
     grid,

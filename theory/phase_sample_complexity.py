@@ -317,6 +317,7 @@ def main(argv):
       f"(predicted [{check['band'][0]:.2f}, {check['band'][1]:.2f}])"
     ),
     scatter=[(np.full(s.size, n, float), s.reshape(-1)) for n, s in zip(dims, samples)],
+    label="median over spikes and seeds",
   )
   result = {
     "law": check,

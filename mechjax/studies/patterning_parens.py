@@ -27,6 +27,9 @@ Two designs share the data, the model, the reference solutions and the retrainin
   behavioural probe loss targeted at one posterior, localised at the unweighted seed 0's checkpoint
   ``chi_step``, with the data of uniform negatives.
 
+The data, the model, the training and the reference solutions they share are in
+:mod:`mechjax.studies.patterning_parens_base`.
+
 Outputs in the workdir: ``metrics.jsonl`` (every run), ``patterning.json`` (the susceptibilities,
 responses and weights; reused on resume), ``summary.json`` and ``figures/patterning_parens.png``.
 """
@@ -38,23 +41,29 @@ import os
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
-import scipy.stats
 
 from mechjax import config
-from mechjax import rng
 from mechjax.config import ConfigError
 from mechjax.data import parens
-from mechjax.models.transformer import Transformer
-from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
 from mechjax.studies import frame
 from mechjax.studies import patterning_parens_llc as llc_design
 from mechjax.studies import patterning_parens_probe as probe_design
-from mechjax.train import loop
+from mechjax.studies.patterning_parens_base import OUTCOMES  # noqa: F401 (the study's names)
+from mechjax.studies.patterning_parens_base import Model
+from mechjax.studies.patterning_parens_base import _refs_summary
+from mechjax.studies.patterning_parens_base import _train
+from mechjax.studies.patterning_parens_base import _wilcoxon
+from mechjax.studies.patterning_parens_base import fisher_p
+from mechjax.studies.patterning_parens_base import groups
+from mechjax.studies.patterning_parens_base import make_data
+from mechjax.studies.patterning_parens_base import make_evaluate  # noqa: F401
+from mechjax.studies.patterning_parens_base import optimizer  # noqa: F401
+from mechjax.studies.patterning_parens_base import reference_solutions
+from mechjax.studies.patterning_parens_base import seed_outcomes
+from mechjax.studies.patterning_parens_base import train_condition
 
 NAME = "patterning_parens"
 CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
@@ -62,7 +71,6 @@ DESIGNS = ("llc", "probe")
 PROBE_CONDITIONS = ("unweighted", "toward_counts", "toward_prefix")
 LLC_CONDITIONS = ("unweighted", *llc_design.REWEIGHTINGS)
 TARGETS = ("gap", "reference")
-OUTCOMES = (*parens.ALGORITHMS, "not perfect")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,257 +196,6 @@ class Config(config.Settings):
   @property
   def nbeta(self) -> float:
     return sgld_lib.default_nbeta(self.n)
-
-
-def make_data(cfg: Config, neg_prefix_fraction: float | None = None) -> dict:
-  """Training set, held-out test set (same distribution, with ``neg_prefix_fraction`` of negatives
-  carrying the prefix cue; None: uniform negatives), probes and the disagreement pool; each from its
-  own stream of ``--seed`` (so every fraction shares its balanced strings and its probes)."""
-  seed = cfg.run.seed
-  train = parens.make_dataset(
-    rng.numpy(seed, "train-strings"),
-    cfg.n,
-    cfg.length,
-    cfg.balanced_fraction,
-    neg_prefix_fraction,
-  )
-  test = parens.make_dataset(
-    rng.numpy(seed, "test-strings"),
-    cfg.num_test,
-    cfg.length,
-    cfg.balanced_fraction,
-    neg_prefix_fraction,
-  )
-  probe_rng = rng.numpy(seed, "probe-strings")
-  pool = parens.sample_probes(probe_rng, 16 * cfg.num_probes, cfg.length)
-  inner = pool[(pool[:, 0] == parens.OPEN) & (pool[:, -1] == parens.CLOSE)]
-  if len(inner) < cfg.num_probes:
-    raise ValueError(
-      f"only {len(inner)} probes start with ( and end with ); lower num_probes or raise length"
-    )
-  disagree = parens.sample_probes(probe_rng, cfg.disagreement, cfg.length)
-  return {
-    "train": train,
-    "test": test,
-    "probes": {"tokens": inner[: cfg.num_probes]},
-    "disagreement": {"tokens": disagree},
-  }
-
-
-def groups(tokens: np.ndarray) -> tuple[np.ndarray, list[str]]:
-  """Each training string's group: (label, first token, depth of its most negative prefix clipped at
-  3, |count difference| // 2 clipped at 3). Returns the group ids and one name per group."""
-  f = parens.features(tokens)
-  lab = parens.label(tokens, "prefix")
-  keys = np.stack(
-    [
-      lab,
-      f["first_close"],
-      np.minimum(-f["min_prefix"], 3),
-      np.minimum(np.abs(f["count_difference"]) // 2, 3),
-    ],
-    1,
-  )
-  uniq, ids = np.unique(keys, axis=0, return_inverse=True)
-  names = [
-    f"{'bal' if b else 'uneq'} {')' if c else '('}… min{-m} Δ{2 * d}" + ("+" if d == 3 else "")
-    for b, c, m, d in uniq
-  ]
-  return ids.reshape(-1), names
-
-
-class Model:
-  """The classifier: a transformer read out at the last position (``label`` head, 2 classes)."""
-
-  def __init__(self, cfg: Config):
-    self.net = Transformer(
-      vocab_size=2,
-      heads=(("label", 2),),
-      d_model=cfg.d_model,
-      num_layers=cfg.num_layers,
-      num_heads=cfg.num_heads,
-      d_mlp=cfg.d_mlp,
-      max_len=cfg.length,
-    )
-    self.length = cfg.length
-
-  def init(self, key):
-    return self.net.init(key, jnp.zeros((1, self.length), jnp.int32))
-
-  def logits(self, params, tokens):
-    return self.net.apply(params, tokens)["label"][:, -1]
-
-  def per_sample_loss(self, params, batch):
-    return optax.softmax_cross_entropy_with_integer_labels(
-      self.logits(params, batch["tokens"]), batch["label"]
-    )
-
-  def weighted_loss(self, params, batch):
-    """``weight_i · ℓ_i``: with weights of mean 1, the mean is the re-weighted loss."""
-    return batch["weight"] * self.per_sample_loss(params, batch)
-
-  def counts_rate(self, params, tokens):
-    return jnp.mean(jnp.argmax(self.logits(params, tokens), -1) == 1)
-
-  def accuracy(self, params, batch):
-    return jnp.mean(jnp.argmax(self.logits(params, batch["tokens"]), -1) == batch["label"])
-
-  def test_loss(self, params, test):
-    """The held-out loss, as a one-observable vector."""
-    return jnp.mean(self.per_sample_loss(params, test))[None]
-
-  def probe_observables(self, params, od):
-    """``(φ_counts, φ_test)``: the probe loss under counts labels and the held-out loss."""
-    phi_counts = jnp.mean(
-      self.per_sample_loss(params, {"tokens": od["probes"], "label": od["counts_labels"]})
-    )
-    return jnp.stack([phi_counts, jnp.mean(self.per_sample_loss(params, od["test"]))])
-
-
-def _jnp(tree):
-  return jax.tree.map(jnp.asarray, tree)
-
-
-def make_evaluate(model: Model, data: dict):
-  train, test, probes = (
-    _jnp(data["train"]),
-    _jnp(data["test"]),
-    jnp.asarray(data["probes"]["tokens"]),
-  )
-
-  def evaluate(params, key):
-    del key
-    return {
-      "counts_rate": model.counts_rate(params, probes),
-      "test_accuracy": model.accuracy(params, test),
-      "train_accuracy": model.accuracy(params, train),
-    }
-
-  return evaluate
-
-
-def optimizer(cfg: Config) -> optax.GradientTransformation:
-  """AdamW with ``weight_decay`` (plain Adam when it is 0)."""
-  if cfg.weight_decay == 0:
-    return optax.adam(cfg.learning_rate)
-  return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
-
-
-def _train(cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every, train_like=None):
-  evaluate = make_evaluate(model, data)
-  train_like = data["train"] if train_like is None else train_like
-  problem = patterning.weighted_problem(
-    model.init, model.per_sample_loss, _jnp(train_like), weights, cfg.batch_size, evaluate
-  )
-  summarize = lambda row: (
-    f"counts rate {np.round(row['counts_rate'], 2).tolist()} | test acc "
-    f"{np.round(np.min(row['test_accuracy']), 3)} (worst seed)"
-  )
-  return ctx.train(
-    run,
-    problem,
-    optimizer(cfg),
-    keys=loop.seed_keys(cfg.run.seed, num_seeds),
-    checkpoint_every=checkpoint_every,
-    summarize=summarize,
-    keep_checkpoints=None,
-  )
-
-
-def train_condition(cfg, model, data, weights, run, ctx):
-  """``num_seeds`` seeds from scratch on the training strings sampled with ``weights``; the seeds
-  are the same keys in every condition (paired)."""
-  return _train(
-    cfg,
-    model,
-    data,
-    weights,
-    run,
-    ctx,
-    num_seeds=cfg.run.num_seeds,
-    checkpoint_every=cfg.run.checkpoint_every,
-  )
-
-
-def reference_solutions(
-  cfg: Config, model: Model, data: dict, ctx: frame.Context, *, estimate_llcs: bool, prefix=""
-) -> dict:
-  """Trains one model per algorithm on training + disagreement strings labelled by it; with
-  ``estimate_llcs``, estimates each one's LLC on the training set alone (where both are perfect)."""
-  out = {}
-  train_j = _jnp(data["train"])
-  probes = jnp.asarray(data["probes"]["tokens"])
-  for algorithm in parens.ALGORITHMS:
-    extra = data["disagreement"]["tokens"]
-    forced = {
-      "tokens": np.concatenate([data["train"]["tokens"], extra]),
-      "label": np.concatenate([data["train"]["label"], parens.label(extra, algorithm)]),
-    }
-    result = _train(
-      cfg,
-      model,
-      data,
-      np.ones(len(forced["label"])),
-      f"{prefix}reference_{algorithm}",
-      ctx,
-      num_seeds=1,
-      checkpoint_every=cfg.run.steps,
-      train_like=forced,
-    )
-    params = jax.tree.map(lambda a: a[0], result.state["params"])
-    out[algorithm] = {
-      "params": params,
-      "train_accuracy": float(model.accuracy(params, train_j)),
-      "test_accuracy": float(model.accuracy(params, _jnp(data["test"]))),
-      "counts_rate": float(model.counts_rate(params, probes)),
-      "phi_counts": float(
-        jnp.mean(
-          model.per_sample_loss(
-            params, {"tokens": probes, "label": jnp.ones(len(probes), jnp.int32)}
-          )
-        )
-      ),
-    }
-    if estimate_llcs:
-      est = llc_lib.estimate_llc(
-        sgld_lib.MeanLoss(model.per_sample_loss),
-        params,
-        train_j,
-        key=rng.key(cfg.run.seed, "reference-llc"),
-        settings=dataclasses.replace(cfg.sgld, num_draws=cfg.llc_draws),
-      )
-      out[algorithm]["llc_mean"] = est.llc_mean
-      out[algorithm]["llc_sd_over_chains"] = float(np.std(est.llc_per_chain))
-  return out
-
-
-def seed_outcomes(cfg: Config, row: dict) -> dict:
-  """Which algorithm each seed of a metrics row learned, and the tallies."""
-  rate = np.asarray(row["counts_rate"], float)
-  perfect = np.asarray(row["test_accuracy"], float) >= cfg.perfect_accuracy
-  learned = np.where(~perfect, "not perfect", np.where(rate > 0.5, "counts", "prefix"))
-  return {
-    "counts_rate": rate.tolist(),
-    "test_accuracy": np.asarray(row["test_accuracy"], float).tolist(),
-    "train_accuracy": np.asarray(row["train_accuracy"], float).tolist(),
-    "learned": learned.tolist(),
-    "selected": {a: int(np.sum(learned == a)) for a in OUTCOMES},
-    "counts_rate_mean": float(rate.mean()),
-    "counts_rate_sd": float(rate.std(ddof=1)) if rate.size > 1 else 0.0,
-  }
-
-
-def fisher_p(condition: dict, unweighted: dict, algorithm: str) -> float:
-  """Fisher's exact test (two-sided) of ``algorithm``'s share of seeds in a condition against the
-  unweighted one: the 2 × 2 table of seeds that learned it and seeds that did not."""
-  n = sum(condition["selected"].values())
-  m = sum(unweighted["selected"].values())
-  a, b = condition["selected"][algorithm], unweighted["selected"][algorithm]
-  return float(scipy.stats.fisher_exact([[a, n - a], [b, m - b]]).pvalue)
-
-
-def _refs_summary(refs: dict) -> dict:
-  return {a: {k: v for k, v in r.items() if k != "params"} for a, r in refs.items()}
 
 
 @frame.study
@@ -710,10 +467,3 @@ def _report_probe(summary: dict) -> list[str]:
       + ("" if p is None else f", Wilcoxon p = {p:.3g} vs unweighted")
     )
   return lines
-
-
-def _wilcoxon(a, b) -> float | None:
-  d = np.asarray(a) - np.asarray(b)
-  if d.size < 2 or np.all(d == 0):
-    return None
-  return float(scipy.stats.wilcoxon(a, b).pvalue)
