@@ -127,6 +127,12 @@ class Config(config.Settings):
     "Equal-count strings with a negative prefix added to force each reference solution.",
     check=config.at_least(1),
   )
+  reference_steps: int | None = config.setting(
+    None,
+    "Training steps of the forced reference solutions; unset (0): --steps.",
+    check=config.at_least(1),
+    unset=0,
+  )
   d_model: int = config.setting(32, "Transformer width.", check=config.at_least(1))
   num_layers: int = config.setting(2, "Transformer layers.", check=config.at_least(1))
   num_heads: int = config.setting(4, "Attention heads per layer.", check=config.at_least(1))
@@ -257,7 +263,7 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       cfg, model, data, np.ones(cfg.n), "unweighted", ctx
     ).history
   t_sweep = time.perf_counter() - t_start
-  refs = reference_solutions(cfg, model, data, ctx, estimate_llcs=False)
+  refs = reference_solutions(cfg, model, data, ctx, estimate_llcs=False, require_solutions=True)
   ids, names = groups(data["train"]["tokens"])
   num_groups = len(names)
   base = np.bincount(ids, minlength=num_groups) / len(ids)
@@ -301,6 +307,7 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   summary = {
     "design": "llc",
     "nbeta": cfg.nbeta,
+    "perfect_accuracy": cfg.perfect_accuracy,
     "base_rate_sweep": sweep,
     "neg_prefix_fraction": fraction,
     "neg_prefix_fraction_chosen_by": chosen_by,
@@ -428,7 +435,13 @@ def report(summary: dict) -> list[str]:
   for a, r in summary["reference_solutions"].items():
     lines.append(
       f"  reference {a}: LLC {r['llc']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains), "
-      f"train accuracy {r['train_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
+      f"train accuracy {r['train_accuracy']:.3f}, held-out {r['test_accuracy']:.3f}, counts rate "
+      f"{r['counts_rate']:.2f}"
+      + (
+        ""
+        if r["train_accuracy"] >= summary.get("perfect_accuracy", 0.99)
+        else " (NOT a solution: imperfect on the training set)"
+      )
     )
   for name, row in summary["predicted_vs_measured"].items():
     tv = summary["reweightings"][name]["total_variation"]

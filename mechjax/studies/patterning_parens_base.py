@@ -159,7 +159,9 @@ def optimizer(cfg) -> optax.GradientTransformation:
   return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
 
 
-def _train(cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every, train_like=None):
+def _train(
+  cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every, train_like=None, steps=None
+):
   evaluate = make_evaluate(model, data)
   train_like = data["train"] if train_like is None else train_like
   problem = patterning.weighted_problem(
@@ -177,6 +179,7 @@ def _train(cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every, 
     checkpoint_every=checkpoint_every,
     summarize=summarize,
     keep_checkpoints=None,
+    **({} if steps is None else {"steps": steps}),
   )
 
 
@@ -196,10 +199,23 @@ def train_condition(cfg, model, data, weights, run, ctx):
 
 
 def reference_solutions(
-  cfg, model: Model, data: dict, ctx: frame.Context, *, estimate_llcs: bool, prefix=""
+  cfg,
+  model: Model,
+  data: dict,
+  ctx: frame.Context,
+  *,
+  estimate_llcs: bool,
+  prefix="",
+  require_solutions: bool = False,
 ) -> dict:
-  """Trains one model per algorithm on training + disagreement strings labelled by it; with
-  ``estimate_llcs``, estimates each one's LLC on the training set alone (where both are perfect)."""
+  """Trains one model per algorithm on training + disagreement strings labelled by it, for
+  ``reference_steps`` steps (``steps`` when unset); with ``estimate_llcs``, estimates each one's LLC
+  on the training set alone (where both are perfect).
+
+  With ``require_solutions`` a reference that is not perfect on the training set (accuracy below
+  ``perfect_accuracy``) is refused with a ``RuntimeError``: its LLC would not be that of a solution.
+  """
+  steps = cfg.reference_steps or cfg.run.steps
   out = {}
   train_j = _jnp(data["train"])
   probes = jnp.asarray(data["probes"]["tokens"])
@@ -217,8 +233,9 @@ def reference_solutions(
       f"{prefix}reference_{algorithm}",
       ctx,
       num_seeds=1,
-      checkpoint_every=cfg.run.steps,
+      checkpoint_every=steps,
       train_like=forced,
+      steps=None if cfg.reference_steps is None else steps,
     )
     params = jax.tree.map(lambda a: a[0], result.state["params"])
     out[algorithm] = {
@@ -234,6 +251,13 @@ def reference_solutions(
         )
       ),
     }
+    accuracy = out[algorithm]["train_accuracy"]
+    if require_solutions and accuracy < cfg.perfect_accuracy:
+      raise RuntimeError(
+        f"the forced {algorithm} reference reached training accuracy {accuracy:.3f} < "
+        f"perfect_accuracy={cfg.perfect_accuracy:g} after {steps} steps, so it is not a solution "
+        "and its LLC means nothing; raise --reference_steps (or use another --seed)"
+      )
     if estimate_llcs:
       est = llc_lib.estimate_llc(
         sgld_lib.MeanLoss(model.per_sample_loss),
