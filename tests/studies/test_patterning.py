@@ -137,7 +137,21 @@ TINY_PARENS = dict(
   sgld_batch_size=16,
   batch_size=16,
   base_rate_fractions=(0.5,),
+  reference_steps=200,
+  perfect_accuracy=0.6,
 )
+
+
+@pytest.mark.slow
+def test_a_forced_reference_that_is_no_solution_is_refused_by_name(tmp_path):
+  from mechjax.studies import frame
+
+  cfg = pp.Config().replace(**{**TINY_PARENS, "reference_steps": 1, "perfect_accuracy": 0.999})
+  ctx = frame.Context(str(tmp_path), False, cfg.run)
+  with pytest.raises(RuntimeError, match=r"forced counts reference reached training accuracy"):
+    pp.reference_solutions(
+      cfg, pp.Model(cfg), pp.make_data(cfg, 0.5), ctx, estimate_llcs=False, require_solutions=True
+    )
 
 
 @pytest.mark.slow
