@@ -7,7 +7,7 @@
         --tpu_name=my-v5e-16 --zone=us-west4-a --repo=https://github.com/ORG/mechjax.git --dry_run
     python -m launch.sweep --sweep=launch/sweeps/polymorphism.py --root=/shared/sweeps/poly \\
         --backend=slurm \\
-        --partition=gpu --gpus_per_node=1 --dry_run
+        --partition=gpu --account=my-lab --qos=normal --gpus_per_node=1 --dry_run
 
 Each member's workdir is ``ROOT/<stable hash of its flags>``. Running the same command again skips
 the finished members and resumes the interrupted ones from their checkpoints. At the end (local
@@ -50,6 +50,24 @@ flags.DEFINE_integer("timeout_min", 240, "slurm: time limit per member, in minut
 flags.DEFINE_integer("gpus_per_node", 1, "slurm: GPUs per member.")
 flags.DEFINE_integer("cpus_per_task", 8, "slurm: CPUs per member.")
 flags.DEFINE_integer("array_parallelism", 64, "slurm: array tasks running at once.")
+flags.DEFINE_string("account", None, "slurm: the account to charge (sbatch --account).")
+flags.DEFINE_string("qos", None, "slurm: the quality of service (sbatch --qos).")
+flags.DEFINE_string("mem", None, "slurm: memory per node, e.g. 64G (sbatch --mem).")
+flags.DEFINE_string("constraint", None, "slurm: node features, e.g. a100 (sbatch --constraint).")
+flags.DEFINE_multi_string(
+  "slurm_setup",
+  [],
+  "slurm: a line the batch script runs before the member, e.g. 'module load cuda'; repeatable.",
+)
+flags.DEFINE_multi_string(
+  "slurm_param",
+  [],
+  "slurm: any other sbatch option as key=value, e.g. reservation=my-res; repeatable.",
+)
+flags.DEFINE_integer(
+  "nodes", 1, "slurm: nodes per member; with more than one task, members run on jax.distributed."
+)
+flags.DEFINE_integer("tasks_per_node", 1, "slurm: tasks (JAX processes) per node per member.")
 flags.DEFINE_enum(
   "slurm_executor",
   "slurm",
@@ -63,6 +81,8 @@ shared.positive_int("timeout_min")
 shared.positive_int("gpus_per_node", minimum=0)
 shared.positive_int("cpus_per_task")
 shared.positive_int("array_parallelism")
+shared.positive_int("nodes")
+shared.positive_int("tasks_per_node")
 FLAGS = flags.FLAGS
 
 
@@ -141,6 +161,11 @@ def main(argv):
           sys.exit(1)  # nothing can run without the setup
     sys.exit(1 if failed else 0)
 
+  try:
+    additional = slurm.parse_params(FLAGS.slurm_param)
+  except lib.SweepError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   params = slurm.parameters(
     partition=FLAGS.partition,
     timeout_min=FLAGS.timeout_min,
@@ -148,6 +173,14 @@ def main(argv):
     cpus_per_task=FLAGS.cpus_per_task,
     array_parallelism=FLAGS.array_parallelism,
     job_name=f"mechjax-{experiment.split('.')[-1]}",
+    account=FLAGS.account,
+    qos=FLAGS.qos,
+    mem=FLAGS.mem,
+    constraint=FLAGS.constraint,
+    setup=FLAGS.slurm_setup,
+    additional=additional,
+    nodes=FLAGS.nodes,
+    tasks_per_node=FLAGS.tasks_per_node,
   )
   pending = [m for m in members if lib.member_state(root, m) != "done"]
   if FLAGS.dry_run:

@@ -17,6 +17,8 @@ from mechjax.slt import toy_models
 from mechjax.slt.llc import ChainDivergedError
 from mechjax.slt.llc import LLCResult
 from mechjax.slt.llc import estimate_llc
+from mechjax.slt.llc import estimate_llc_batch
+from mechjax.slt.llc import star_loss_path
 from mechjax.slt.moments import Moments
 from mechjax.slt.moments import StreamedMoments
 from mechjax.slt.patterning import group_response
@@ -28,7 +30,9 @@ from mechjax.slt.sgld import MeanLoss
 from mechjax.slt.sgld import SGLDSettings
 from mechjax.slt.sgld import default_nbeta
 from mechjax.slt.sgld import sample_chain
+from mechjax.slt.sgld import per_sample_star_losses
 from mechjax.slt.sgld import sample_chains
+from mechjax.slt.sgld import sample_points
 from mechjax.slt.susceptibility import SusceptibilityResult
 from mechjax.slt.susceptibility import batch_means_error
 from mechjax.slt.susceptibility import bif
@@ -53,18 +57,22 @@ __all__ = [
   "covariance",
   "default_nbeta",
   "estimate_llc",
+  "estimate_llc_batch",
   "estimate_susceptibilities",
   "gaussian",
   "group_response",
   "linear_response",
   "llc_response",
   "patterning_weights",
+  "per_sample_star_losses",
   "principal_directions",
   "project_simplex",
   "sample_chain",
   "sample_chains",
+  "sample_points",
   "sample_weights",
   "standard_error",
+  "star_loss_path",
   "toy_models",
   "weighted_problem",
 ]

@@ -8,13 +8,15 @@ estimates it by ``nβ · mean_t [L_{B_t}(w_t) − L_{B_t}(w*)]`` over the draws 
 *difference* on each step's own minibatch. Because the batch is drawn independently of ``w_t``, the
 difference is an unbiased estimate of ``L_n(w_t) − L_n(w*)``; near ``w*`` the two minibatch losses
 share almost all of their sampling noise, so it is far less noisy than ``L_{B_t}(w_t) − L_n(w*)``
-(devinterp's estimator), whose minibatch noise is multiplied by ``nβ``. The price is one extra
-forward pass per step.
+(devinterp's estimator), whose minibatch noise is multiplied by ``nβ``. When the loss is a mean over
+samples, ``L_{B_t}(w*)`` is the mean of the batch's per-sample losses at ``w*``, computed once for
+every sample before the chains start (``star_loss="per_sample"``, :func:`star_loss_path`);
+otherwise it costs one extra forward pass per step (``"per_step"``). The diagnostics say which ran.
 
-``init_loss`` (``L_n(w*)``, reported and used for the fraction of draws below it) is the mean loss
-over the whole dataset when it has at most ``FULL_INIT_LOSS_MAX`` samples, otherwise over
-``INIT_LOSS_BATCHES`` batches of ``batch_size`` samples drawn from the key's stream ``"init-loss"``
-(:func:`mechjax.rng.fold`), never from a single minibatch.
+``init_loss`` (``L_n(w*)``, reported) is the mean of the per-sample losses on the per-sample
+path; otherwise the mean loss over the whole dataset when it has at most ``FULL_INIT_LOSS_MAX``
+samples, else over ``INIT_LOSS_BATCHES`` batches of ``batch_size`` samples drawn from the key's
+stream ``"init-loss"`` (:func:`mechjax.rng.fold`), never from a single minibatch.
 """
 
 from __future__ import annotations
@@ -44,15 +46,21 @@ class ChainDivergedError(FloatingPointError):
 class LLCResult:
   """What :func:`estimate_llc` returns.
 
+  From :func:`estimate_llc_batch` every field but ``diagnostics["nbeta"]`` and the path names has
+  a leading axis of points: ``llc_mean`` is ``(B,)``, ``loss_trace`` ``(B, num_chains,
+  num_draws)``, and so on.
+
   Attributes:
     llc_mean: the LLC estimate ``λ̂ = nβ·(E[L_B(w)] − E[L_B(w*)])``, averaged over chains.
     llc_std: the standard deviation of the per-chain estimates.
     llc_per_chain: ``(num_chains,)`` per-chain estimates.
     loss_trace: ``(num_chains, num_draws)`` minibatch losses at the draws, burn-in excluded.
     init_loss: ``L_n(w*)``.
-    diagnostics: sampler health, averaged over the draws: ``mala_acceptance`` (with MALA on),
+    diagnostics: sampler health, averaged over the draws: ``mala_acceptance`` (with MALA on; the
+      mean over the ``mala_steps`` draws on which it was evaluated, every ``mala_every``-th step),
       ``drift_norm_mean``, ``noise_norm_mean``, ``distance_mean`` and ``distance_final`` from
-      ``w*``, ``fraction_below_init_loss``, and the ``nbeta`` used.
+      ``w*``, ``fraction_below_init_loss``, the ``nbeta`` used, and ``star_loss`` (the path that
+      computed ``L_B(w*)``: ``"per_sample"`` or ``"per_step"``) with ``star_loss_reason``.
   """
 
   llc_mean: float
@@ -104,6 +112,66 @@ def _batched_loss(loss_fn, batch_size: int):
   return mean_over_batches
 
 
+def star_loss_path(
+  loss_fn: Callable, params, data, key: jax.Array, settings: sgld.SGLDSettings
+) -> tuple[str, str, jax.Array | None]:
+  """``(path, reason, star_losses)``: how the chains get each step's ``L_B(w*)``.
+
+  ``"per_sample"`` computes ``loss_fn(w*, [x_i])`` for every sample once
+  (:func:`mechjax.slt.sgld.per_sample_star_losses`) and averages the batch's entries: exact when
+  the loss of a batch is the mean of its samples' losses (a mean of per-sample terms plus any term
+  that does not depend on the batch). ``"per_step"`` evaluates ``loss_fn(w*, B_t)`` on every step.
+  With ``settings.star_loss="auto"`` the per-sample path runs when the data are arrays, holding no
+  more samples than the chains draw in all (``num_chains × num_steps × batch_size``: otherwise one
+  pass over the data costs more than it saves), the loss can be evaluated on a single sample, and
+  on two batches of ``batch_size`` drawn from ``key``'s stream ``"star-loss-check"`` the loss equals
+  the mean of the per-sample losses to within 1000 ulps. ``"per_sample"`` insists (a ValueError
+  says which condition failed); ``"per_step"`` never checks.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch) -> scalar``, as for :func:`estimate_llc`.
+    params: ``w*``.
+    data: arrays with the samples first, or a sampler.
+    key: the estimate's key; the check's batches come from its stream ``"star-loss-check"``.
+    settings: the resolved :class:`mechjax.slt.sgld.SGLDSettings` (``star_loss`` says what is
+      asked for).
+  """
+  asked = settings.star_loss
+  if asked == "per_step":
+    return "per_step", "star_loss='per_step' was asked for", None
+
+  def refuse(reason: str):
+    if asked == "per_sample":
+      raise ValueError(f"star_loss='per_sample' cannot be used: {reason}")
+    return "per_step", reason, None
+
+  if sgld.is_sampler(data):
+    return refuse("the data are a sampler, whose batches are not indexed samples")
+  n = jax.tree.leaves(data)[0].shape[0]
+  draws = settings.num_chains * settings.num_steps * settings.batch_size
+  if asked == "auto" and n > draws:
+    return refuse(f"the data's {n} samples exceed the {draws} the chains draw")
+  try:
+    star = sgld.per_sample_star_losses(loss_fn, params, data)
+  except Exception as e:  # noqa: BLE001 - any failure of the one-sample evaluation means fall back
+    return refuse(f"the loss cannot be evaluated one sample at a time ({type(e).__name__}: {e})")
+  star = jnp.asarray(star)
+  if star.shape != (n,):
+    return refuse(f"the loss of one sample has shape {star.shape[1:]}, not a scalar")
+  check_key = rng.fold(key, "star-loss-check")
+  for k in jax.random.split(check_key, 2):
+    idx = jax.random.randint(k, (settings.batch_size,), 0, n)
+    batch_loss = float(_jitted(loss_fn)(params, jax.tree.map(lambda a: a[idx], data)))
+    mean_loss = float(jnp.mean(star[idx]))
+    tol = 1000 * float(jnp.finfo(star.dtype).eps) * max(1.0, abs(batch_loss))
+    if not abs(batch_loss - mean_loss) <= tol:
+      return refuse(
+        "the loss of a batch is not the mean of its samples' losses "
+        f"({batch_loss:.8g} vs {mean_loss:.8g})"
+      )
+  return "per_sample", "the loss is a mean over samples (checked on two batches)", star
+
+
 def estimate_llc(
   loss_fn: Callable[[Any, Any], jax.Array],
   params,
@@ -120,6 +188,8 @@ def estimate_llc(
   param_mask=None,
   rmsprop: float | None = None,
   mala: bool | None = None,
+  mala_every: int | None = None,
+  star_loss: str | None = None,
   settings: sgld.SGLDSettings | None = None,
 ) -> LLCResult:
   """Estimates the LLC at ``params`` (= w*) with ``num_chains`` vmapped SGLD chains.
@@ -140,8 +210,9 @@ def estimate_llc(
       key gives the same result bit for bit.
     num_chains, num_draws, num_burnin: each chain takes ``num_burnin + num_draws`` steps; the first
       ``num_burnin`` are discarded (defaults 4, 200 and 0).
-    step_size, nbeta, localization, batch_size, rmsprop, mala: see
-      :class:`mechjax.slt.sgld.SGLDSettings`; ``nbeta`` unset means ``n / ln n``.
+    step_size, nbeta, localization, batch_size, rmsprop, mala, mala_every, star_loss: see
+      :class:`mechjax.slt.sgld.SGLDSettings`; ``nbeta`` unset means ``n / ln n``; ``star_loss``
+      see :func:`star_loss_path`.
     param_mask: 0/1 pytree like ``params``; only the 1s are sampled (the weight-refined LLC).
     settings: all of the above but ``param_mask`` in one :class:`mechjax.slt.sgld.SGLDSettings`,
       instead of the keywords (not together with them).
@@ -150,49 +221,193 @@ def estimate_llc(
     ChainDivergedError: a chain's loss became non-finite; names the chain and the draw.
     mechjax.config.ConfigError: a non-positive step size, nβ, batch size or count (a ValueError).
   """
-  s = sgld.settings_from(
-    settings,
-    num_chains=num_chains,
-    num_draws=num_draws,
-    num_burnin=num_burnin,
-    step_size=step_size,
-    nbeta=nbeta,
-    localization=localization,
-    batch_size=batch_size,
-    rmsprop=rmsprop,
-    mala=mala,
-  )
+  s = _settings(settings, locals())
   if param_mask is not None and jax.tree.structure(param_mask) != jax.tree.structure(params):
     raise ValueError("param_mask must be a pytree with the same structure as params (0/1 arrays)")
   s, _ = sgld.resolve_data(s, data)
-  traces = jax.device_get(sgld.sample_chains(loss_fn, params, data, key, s, param_mask=param_mask))
-  loss_all = np.asarray(traces["loss"], np.float64)
-  first = loop.first_nonfinite(loss_all)
-  if first is not None:
-    chain, step = first
-    raise ChainDivergedError(
-      f"chain {chain} became non-finite at step {step} (draw {step - s.num_burnin} after "
-      f"{s.num_burnin} burn-in steps) with step_size={s.step_size:g}; try a smaller step_size or a "
-      "larger localization"
+  path, reason, star = star_loss_path(loss_fn, params, data, key, s)
+  traces = jax.device_get(
+    sgld.sample_chains(loss_fn, params, data, key, s, param_mask=param_mask, star_losses=star)
+  )
+  _check_finite(np.asarray(traces["loss"], np.float64), s)
+  l0 = float(np.mean(np.asarray(star, np.float64))) if star is not None else None
+  if l0 is None:
+    l0 = init_loss(loss_fn, params, data, key, s.batch_size)
+  out = _summarise(traces, s, np.asarray(l0), path, reason)
+  return LLCResult(
+    llc_mean=float(out.llc_mean),
+    llc_std=float(out.llc_std),
+    llc_per_chain=out.llc_per_chain,
+    loss_trace=out.loss_trace,
+    init_loss=l0,
+    diagnostics={
+      k: (float(v) if isinstance(v, np.ndarray) and v.ndim == 0 else v)
+      for k, v in out.diagnostics.items()
+    },
+  )
+
+
+def estimate_llc_batch(
+  loss_fn: Callable[[Any, Any], jax.Array],
+  params_stack,
+  data,
+  *,
+  key: jax.Array,
+  num_chains: int | None = None,
+  num_draws: int | None = None,
+  num_burnin: int | None = None,
+  step_size: float | None = None,
+  nbeta: float | None = None,
+  localization: float | None = None,
+  batch_size: int | None = None,
+  param_mask=None,
+  rmsprop: float | None = None,
+  mala: bool | None = None,
+  mala_every: int | None = None,
+  star_loss: str | None = None,
+  settings: sgld.SGLDSettings | None = None,
+) -> LLCResult:
+  """The LLC at ``B`` points at once: :func:`estimate_llc` for each ``params_stack[b]``, with
+  points × chains in one compiled program (:func:`mechjax.slt.sgld.sample_points`), sharded over
+  the devices.
+
+  Args:
+    params_stack: a pytree like :func:`estimate_llc`'s ``params`` whose every leaf has a leading
+      axis of ``B`` points (checkpoints, seeds or both, flattened).
+    key: one key, used by every point (so that neighbouring checkpoints share their random numbers
+      and their differences are less noisy), or ``B`` keys (typed ``(B,)`` or raw ``(B, 2)``).
+      Point ``b`` gives what ``estimate_llc(loss_fn, params_stack[b], data, key=its key)`` gives,
+      up to floating-point rounding.
+    everything else: as for :func:`estimate_llc`; the ``L_B(w*)`` path is chosen and checked on
+      the first point and used for all.
+
+  Returns:
+    an :class:`LLCResult` whose fields have a leading axis of ``B`` points.
+  """
+  s = _settings(settings, locals())
+  s, sampler = sgld.resolve_data(s, data)
+  leaves = jax.tree.leaves(params_stack)
+  num_points = leaves[0].shape[0] if leaves and jnp.ndim(leaves[0]) else 0
+  keys = _point_keys(key, num_points)
+  if param_mask is not None:
+    point0 = jax.tree.map(lambda a: a[0], params_stack)
+    if jax.tree.structure(param_mask) != jax.tree.structure(point0):
+      raise ValueError(
+        "param_mask must be a pytree with the structure of one point of params_stack (0/1 arrays)"
+      )
+  first = jax.tree.map(lambda a: a[0], params_stack) if num_points else params_stack
+  path, reason, star0 = (
+    star_loss_path(loss_fn, first, data, keys[0], s)
+    if num_points
+    else (
+      "per_step",
+      "no points",
+      None,
     )
-  l0 = init_loss(loss_fn, params, data, key, s.batch_size)
-  keep = lambda name: np.asarray(traces[name], np.float64)[:, s.num_burnin :]
-  loss_trace = loss_all[:, s.num_burnin :]
+  )
+  star = None
+  if star0 is not None:
+    star = jax.vmap(lambda p: sgld.per_sample_star_losses(loss_fn, p, data))(params_stack)
+  traces = jax.device_get(
+    sgld.sample_points(
+      loss_fn, params_stack, data, keys, s, param_mask=param_mask, star_losses=star
+    )
+  )
+  _check_finite(np.asarray(traces["loss"], np.float64), s)
+  if star is not None:
+    l0 = np.asarray(star, np.float64).mean(axis=1)
+  else:
+    l0 = np.array(
+      [
+        init_loss(
+          loss_fn, jax.tree.map(lambda a, b=b: a[b], params_stack), data, keys[b], s.batch_size
+        )
+        for b in range(num_points)
+      ]
+    )
+  return _summarise(traces, s, l0, path, reason)
+
+
+def _settings(settings, given: dict) -> sgld.SGLDSettings:
+  names = (
+    "num_chains",
+    "num_draws",
+    "num_burnin",
+    "step_size",
+    "nbeta",
+    "localization",
+    "batch_size",
+    "rmsprop",
+    "mala",
+    "mala_every",
+    "star_loss",
+  )
+  return sgld.settings_from(settings, **{k: given[k] for k in names})
+
+
+def _point_keys(key, num_points: int) -> jax.Array:
+  """``(B,)`` keys (typed or raw) for the points: one key repeated, or one per point checked."""
+  key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+  typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+  single = key.ndim == (0 if typed else 1)
+  if single:
+    return jnp.broadcast_to(key, (num_points, *key.shape))
+  if key.shape[0] != num_points or key.ndim != (1 if typed else 2):
+    raise ValueError(
+      f"key must be one PRNG key or one per point ({num_points}); got shape {key.shape}"
+    )
+  return key
+
+
+def _check_finite(loss_all: np.ndarray, s: sgld.SGLDSettings) -> None:
+  """Raises :class:`ChainDivergedError` for the first non-finite loss, naming its point (when
+  there is a point axis), chain and draw."""
+  flat = loss_all.reshape(-1, loss_all.shape[-1])
+  first = loop.first_nonfinite(flat)
+  if first is None:
+    return
+  row, step = first
+  where = f"chain {row}"
+  if loss_all.ndim == 3:
+    where = f"point {row // loss_all.shape[1]}, chain {row % loss_all.shape[1]}"
+  raise ChainDivergedError(
+    f"{where} became non-finite at step {step} (draw {step - s.num_burnin} after "
+    f"{s.num_burnin} burn-in steps) with step_size={s.step_size:g}; try a smaller step_size or a "
+    "larger localization"
+  )
+
+
+def _summarise(traces, s: sgld.SGLDSettings, l0, path: str, reason: str) -> LLCResult:
+  """The estimate from the traces, whose last two axes are (chains, steps); any axes before them
+  (points) are kept."""
+  keep = lambda name: np.asarray(traces[name], np.float64)[..., s.num_burnin :]  # noqa: E731
+  loss_trace = keep("loss")
   delta = loss_trace - keep("loss_at_star")
-  per_chain = s.nbeta * delta.mean(axis=1)
+  per_chain = s.nbeta * delta.mean(axis=-1)
+  draws_axes = (-2, -1)
   diagnostics = {
-    "fraction_below_init_loss": float(np.mean(delta < 0)),  # below w*'s loss on the same minibatch
-    "distance_final": keep("distance")[:, -1],
-    "distance_mean": float(keep("distance").mean()),
-    "drift_norm_mean": float(keep("drift_norm").mean()),
-    "noise_norm_mean": float(keep("noise_norm").mean()),
+    "fraction_below_init_loss": np.mean(delta < 0, axis=draws_axes),  # below w*'s, same minibatch
+    "distance_final": keep("distance")[..., -1],
+    "distance_mean": keep("distance").mean(axis=draws_axes),
+    "drift_norm_mean": keep("drift_norm").mean(axis=draws_axes),
+    "noise_norm_mean": keep("noise_norm").mean(axis=draws_axes),
     "nbeta": s.nbeta,
+    "star_loss": path,
+    "star_loss_reason": reason,
   }
   if s.mala:
-    diagnostics["mala_acceptance"] = float(keep("acceptance").mean())
+    acceptance = keep("acceptance")
+    evaluated = np.isfinite(acceptance)
+    diagnostics["mala_acceptance"] = np.nanmean(
+      np.where(evaluated, acceptance, np.nan), axis=draws_axes
+    )
+    diagnostics["mala_steps"] = int(
+      evaluated.reshape(-1, evaluated.shape[-1])[0].sum()
+    )  # per chain
+    diagnostics["mala_every"] = s.mala_every
   return LLCResult(
-    llc_mean=float(per_chain.mean()),
-    llc_std=float(per_chain.std()),
+    llc_mean=per_chain.mean(axis=-1),
+    llc_std=per_chain.std(axis=-1),
     llc_per_chain=per_chain,
     loss_trace=loss_trace,
     init_loss=l0,

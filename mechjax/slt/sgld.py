@@ -49,6 +49,8 @@ from mechjax import sharding as sharding_lib
 
 Params = Any
 PROGRAM_CACHE_SIZE = 16
+MALA_EVERY = 16
+STAR_LOSS_PATHS = ("auto", "per_sample", "per_step")
 
 
 def default_nbeta(n: int) -> float:
@@ -112,7 +114,24 @@ class SGLDSettings(config.Settings):
     1e-8, "δ of the RMSProp preconditioner.", check=config.positive
   )
   mala: bool = config.setting(
-    True, "Estimate a MALA acceptance probability per step (one more gradient per step)."
+    True,
+    "Estimate a MALA acceptance probability every mala_every-th step (one more gradient on "
+    "those steps).",
+  )
+  mala_every: int = config.setting(
+    MALA_EVERY,
+    "Steps between MALA acceptance estimates (1: every step). The estimate costs a gradient, "
+    "so every 16th step adds about 1/16 to a step's cost.",
+    check=config.at_least(1),
+  )
+  star_loss: str = config.setting(
+    "auto",
+    "How each step's minibatch loss at w* is found: per_sample computes every sample's loss at "
+    "w* once and averages the batch's (exact when the loss is a mean over samples); per_step "
+    "evaluates the loss at w* on every step's batch; auto uses per_sample when a check on two "
+    "batches shows the loss is such a mean and the data are arrays of at most as many samples as "
+    "the chains draw.",
+    check=config.one_of(STAR_LOSS_PATHS),
   )
 
   @property
@@ -239,6 +258,7 @@ def sample_chain(
   param_mask: Params | None = None,
   accumulator: Any = None,
   accumulator_data: Any = None,
+  star_losses: jax.Array | None = None,
 ):
   """Runs one chain from ``w*`` for ``num_steps`` steps; returns per-step traces (each
   ``(num_steps,)``).
@@ -249,7 +269,14 @@ def sample_chain(
   (``‖(ε/2)·nβ·∇L_B‖``), ``noise_norm`` (``‖√ε·ξ‖``) and, with ``settings.mala``, ``acceptance``:
   the Metropolis–Hastings acceptance probability ``min(1, exp(U(w) − U(w') + log q(w|w') − log
   q(w'|w)))`` of the proposal, with ``U = nβ·L_B + (γ/2)‖w − w*‖²`` on the step's minibatch. Values
-  near 1 mean the step size is small enough for the discretisation.
+  near 1 mean the step size is small enough for the discretisation. It costs one more gradient, so
+  it is evaluated on every ``settings.mala_every``-th step (``t % mala_every == 0``, under a
+  ``lax.cond`` whose predicate is the same for every chain) and is NaN on the others.
+
+  With ``star_losses`` (``(n,)``, every sample's loss at ``w*``), ``loss_at_star`` is the mean of
+  the step's batch's entries instead of a forward pass at ``w*``: the same number when the loss is
+  a mean over samples (:func:`per_sample_star_losses`), at the cost of one pass over the data
+  before the chain instead of one per step.
 
   With an ``accumulator``, ``accumulator.update(state, w, t, accumulator_data)`` sees every draw
   ``w`` (before step ``t``, like ``loss``), and its final state is returned as
@@ -266,6 +293,7 @@ def sample_chain(
     accumulator: an object with ``init(params_star)`` and ``update(state, w, t, data)`` (e.g.
       :class:`mechjax.slt.moments.StreamedMoments`), or None.
     accumulator_data: passed to ``accumulator.update``.
+    star_losses: ``(n,)`` per-sample losses at ``w*`` of array ``data``, or None.
   """
   s = settings
   if s.nbeta is None:
@@ -281,6 +309,8 @@ def sample_chain(
   loss_fn = lambda w, batch: full_loss(join_fixed(w, fixed), batch)  # noqa: E731
   sampler = data if is_sampler(data) else None
   n = None if sampler is not None else jax.tree.leaves(data)[0].shape[0]
+  if star_losses is not None and sampler is not None:
+    raise ValueError("star_losses needs array data (a sampler's batches are not indexed samples)")
   mask = jax.tree.map(jnp.ones_like, params_star) if param_mask is None else param_mask
   eps = s.step_size
 
@@ -310,6 +340,10 @@ def sample_chain(
     else:
       idx = jax.random.randint(k_batch, (s.batch_size,), 0, n)
       batch = jax.tree.map(lambda a: a[idx], data)
+    if star_losses is None:
+      loss_at_star = full_loss(full_star, batch)
+    else:
+      loss_at_star = jnp.mean(star_losses[idx])
     u_w, loss, grad_u, loss_grad = potential_and_grad(w, batch)
     if s.rmsprop is None:
       precond = jax.tree.map(jnp.ones_like, w)
@@ -327,7 +361,7 @@ def sample_chain(
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
     out = {
       "loss": loss,
-      "loss_at_star": full_loss(full_star, batch),
+      "loss_at_star": loss_at_star,
       "distance": jnp.sqrt(_tree_dot(diff, diff)),
       "drift_norm": jnp.sqrt(_tree_dot(drift, drift)),
       "noise_norm": jnp.sqrt(_tree_dot(noise, noise)),
@@ -335,11 +369,19 @@ def sample_chain(
     if accumulator is not None:
       acc = accumulator.update(acc, join_fixed(w, fixed), t, accumulator_data)
     if s.mala:
-      u_new, _, grad_new, _ = potential_and_grad(w_new, batch)
-      log_ratio = (
-        u_w - u_new + log_q(w, w_new, grad_new, precond) - log_q(w_new, w, grad_u, precond)
-      )
-      out["acceptance"] = jnp.minimum(1.0, jnp.exp(jnp.minimum(log_ratio, 0.0)))
+
+      def acceptance(_):
+        u_new, _, grad_new, _ = potential_and_grad(w_new, batch)
+        log_ratio = (
+          u_w - u_new + log_q(w, w_new, grad_new, precond) - log_q(w_new, w, grad_u, precond)
+        )
+        return jnp.minimum(1.0, jnp.exp(jnp.minimum(log_ratio, 0.0))).astype(jnp.float32)
+
+      if s.mala_every == 1:
+        out["acceptance"] = acceptance(None)
+      else:
+        skipped = lambda _: jnp.full((), jnp.nan, jnp.float32)  # noqa: E731
+        out["acceptance"] = jax.lax.cond(t % s.mala_every == 0, acceptance, skipped, None)
     return (w_new, v, acc), out
 
   v0 = jax.tree.map(jnp.zeros_like, params_star)
@@ -371,6 +413,7 @@ def sample_chains(
   accumulator: Any = None,
   accumulator_data: Any = None,
   shard: bool | None = None,
+  star_losses: jax.Array | None = None,
 ):
   """``settings.num_chains`` chains of ``settings.num_steps`` steps from ``w*`` in one
   ``jit(vmap(scan))`` program; every trace is ``(num_chains, num_steps)`` (see
@@ -378,10 +421,10 @@ def sample_chains(
 
   When JAX sees several devices and their number divides ``num_chains``, the chain axis is sharded
   over all of them (:func:`mechjax.sharding.leading_axis`; ``w*`` and the data are replicated), so
-  each device runs its share of the chains. On a CPU,
-  :func:`mechjax.train.flags.cpu_cores_as_devices` before JAX starts makes every core a device: with
-  2 cores the sampler runs about 1.5× faster than on one device. The draws depend on the key and on
-  the number of devices (the partitioned matmuls round differently), on nothing else.
+  each device runs its share of the chains. On a CPU, :func:`mechjax.use_all_cpu_cores` before
+  JAX starts makes every core a device: with 2 cores the sampler runs about 1.5× faster than on
+  one device. The draws depend on the key and on the number of devices (the partitioned matmuls
+  round differently), on nothing else.
 
   Args:
     loss_fn: ``loss_fn(params, batch) -> scalar``, the mean loss of a minibatch.
@@ -393,17 +436,84 @@ def sample_chains(
     accumulator: see :func:`sample_chain`.
     accumulator_data: see :func:`sample_chain`.
     shard: split the chains over the devices: None decides as above, False never does.
+    star_losses: ``(n,)`` per-sample losses at ``w*`` (:func:`per_sample_star_losses`), or None;
+      see :func:`sample_chain`.
   """
   check_params(params_star)
   settings, sampler = resolve_data(settings, data)
   layout = sharding_lib.leading_axis(settings.num_chains, "chains", shard)
-  program = _program(loss_fn, settings, param_mask is not None, accumulator, layout, sampler)
+  program = _program(
+    loss_fn,
+    settings,
+    param_mask is not None,
+    accumulator,
+    layout,
+    sampler,
+    star_losses is not None,
+  )
   return program(
     params_star,
     None if sampler is not None else data,
     chain_keys(key, settings.num_chains),
     param_mask,
     accumulator_data,
+    star_losses,
+  )
+
+
+def sample_points(
+  loss_fn,
+  params_stack,
+  data,
+  keys: jax.Array,
+  settings: SGLDSettings,
+  *,
+  param_mask=None,
+  shard: bool | None = None,
+  star_losses: jax.Array | None = None,
+):
+  """The chains of :func:`sample_chains` at ``B`` points at once: ``params_stack`` is a pytree of
+  ``w*`` with a leading axis ``B`` (checkpoints, seeds or both), ``keys`` is ``(B,)`` (point ``b``'s
+  chains use :func:`chain_keys` ``(keys[b], num_chains)``, as :func:`sample_chains` with
+  ``keys[b]`` would) and ``star_losses``, if given, is ``(B, n)``. Every trace is ``(B, num_chains,
+  num_steps)``. Points × chains run in one ``jit(vmap(vmap(scan)))`` program; with several devices
+  the point axis is split over them when their number divides ``B``, else the chain axis when it
+  divides ``num_chains`` (``shard`` as in :func:`sample_chains`).
+
+  Args:
+    loss_fn: ``loss_fn(params, batch) -> scalar``, the mean loss of a minibatch.
+    params_stack: the points ``w*``, every leaf with a leading axis of ``B``.
+    data: the training data, as for :func:`sample_chains`.
+    keys: ``(B,)`` PRNG keys, one per point.
+    settings: the :class:`SGLDSettings`; ``nbeta`` unset means ``n / ln n`` of ``data``.
+    param_mask: one point's 0/1 mask pytree, shared by every point, or None.
+    shard: as for :func:`sample_chains`.
+    star_losses: ``(B, n)`` per-sample losses at each point, or None.
+  """
+  leaves = jax.tree.leaves(params_stack)
+  if not leaves:
+    raise ValueError("params_stack has no arrays")
+  num_points = leaves[0].shape[0] if jnp.ndim(leaves[0]) else None
+  if num_points is None or any(jnp.ndim(a) == 0 or a.shape[0] != num_points for a in leaves):
+    raise ValueError(
+      "params_stack must be a pytree of arrays that all share a leading axis of B points; got "
+      f"leading sizes {sorted({a.shape[0] if jnp.ndim(a) else None for a in leaves}, key=str)}"
+    )
+  keys = jnp.asarray(keys)
+  if keys.shape[:1] != (num_points,):
+    raise ValueError(f"keys must hold one key per point, ({num_points},); got {keys.shape}")
+  check_params(params_stack)
+  settings, sampler = resolve_data(settings, data)
+  layout = sharding_lib.leading_axis(num_points, "points", False if shard is False else None)
+  point_axis = layout is not None
+  if layout is None:
+    layout = sharding_lib.leading_axis(settings.num_chains, "chains", shard)
+  program = _points_program(
+    loss_fn, settings, param_mask is not None, layout, point_axis, sampler, star_losses is not None
+  )
+  chain_keys_ = jax.vmap(lambda k: chain_keys(k, settings.num_chains))(keys)
+  return program(
+    params_stack, None if sampler is not None else data, chain_keys_, param_mask, star_losses
   )
 
 
@@ -427,13 +537,48 @@ def resolve_data(settings: SGLDSettings, data) -> tuple[SGLDSettings, Callable |
   return settings.resolved(n), None
 
 
-@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
-def _program(loss_fn, settings: SGLDSettings, masked: bool, accumulator, layout, sampler=None):
-  """One compiled program per (loss, settings, mask presence, accumulator, device layout, sampler):
-  repeated calls (another key, another w*, other data of the same shapes) reuse it instead of
-  tracing and compiling again. A sampler is part of the program; arrays are its arguments."""
+def per_sample_star_losses(loss_fn, params_star, data, chunk: int = 256) -> jax.Array:
+  """``(n,)``: ``loss_fn(params_star, sample_i)`` for every sample of ``data``, each sample as a
+  batch of one (``lax.map`` over chunks of ``chunk`` samples, vmapped within a chunk). Their batch
+  means equal ``loss_fn`` on the batch exactly when the loss is a mean over samples; whether it is
+  is for the caller to check (:func:`mechjax.slt.llc.star_loss_path`).
 
-  def run(params_star, data, keys, param_mask, accumulator_data):
+  Args:
+    loss_fn: ``loss_fn(params, batch) -> scalar``.
+    params_star: ``w*``.
+    data: a pytree of arrays with the ``n`` samples first.
+    chunk: samples vmapped together within the ``lax.map``.
+  """
+  return _per_sample_program(loss_fn, chunk)(params_star, data)
+
+
+@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
+def _per_sample_program(loss_fn, chunk: int):
+  @jax.jit
+  def run(params, data):
+    one = lambda x: loss_fn(params, jax.tree.map(lambda a: a[None], x))  # noqa: E731
+    n = jax.tree.leaves(data)[0].shape[0]
+    return jax.lax.map(one, data, batch_size=min(chunk, n))
+
+  return run
+
+
+@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
+def _program(
+  loss_fn,
+  settings: SGLDSettings,
+  masked: bool,
+  accumulator,
+  layout,
+  sampler=None,
+  per_sample: bool = False,
+):
+  """One compiled program per (loss, settings, mask presence, accumulator, device layout, sampler,
+  w*-loss path): repeated calls (another key, another w*, other data of the same shapes) reuse it
+  instead of tracing and compiling again. A sampler is part of the program; arrays are its
+  arguments."""
+
+  def run(params_star, data, keys, param_mask, accumulator_data, star_losses):
     chain = lambda k: sample_chain(
       loss_fn,
       params_star,
@@ -444,21 +589,53 @@ def _program(loss_fn, settings: SGLDSettings, masked: bool, accumulator, layout,
       param_mask if masked else None,
       accumulator,
       accumulator_data,
+      star_losses if per_sample else None,
     )
     return jax.vmap(chain)(keys)
 
-  return jit_over_chains(run, layout)
+  return jit_over_chains(run, layout, num_args=6)
 
 
-def jit_over_chains(run: Callable, layout, chain_axis: int = 0):
-  """``jit(run)`` for ``run(params, data, keys, mask, accumulator_data)``: with a ``layout`` (a
-  sharding from :func:`mechjax.sharding.leading_axis`) the chain keys and axis ``chain_axis`` of
-  every output are split over its devices, and everything else is replicated."""
+@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
+def _points_program(
+  loss_fn, settings: SGLDSettings, masked: bool, layout, point_axis: bool, sampler, per_sample
+):
+  """:func:`sample_points`' program, cached like :func:`_program`."""
+
+  def run(params_stack, data, keys, param_mask, star_losses):
+    def point(params_star, point_keys, point_star_losses):
+      chain = lambda k: sample_chain(
+        loss_fn,
+        params_star,
+        data if sampler is None else sampler,
+        k,
+        settings.num_steps,
+        settings,
+        param_mask if masked else None,
+        star_losses=point_star_losses if per_sample else None,
+      )
+      return jax.vmap(chain)(point_keys)
+
+    return jax.vmap(point)(params_stack, keys, star_losses if per_sample else None)
+
   if layout is None:
     return jax.jit(run)
   rep = sharding_lib.replicated(layout)
+  if point_axis:  # params, keys, w* losses and outputs split along the points
+    return jax.jit(run, in_shardings=(layout, rep, layout, rep, layout), out_shardings=layout)
+  chains = sharding_lib.along(layout, 1)
+  return jax.jit(run, in_shardings=(rep, rep, chains, rep, rep), out_shardings=chains)
+
+
+def jit_over_chains(run: Callable, layout, chain_axis: int = 0, num_args: int = 5):
+  """``jit(run)`` for ``run(params, data, keys, mask, accumulator_data, ...)`` (``num_args``
+  arguments, the keys third): with a ``layout`` (a sharding from
+  :func:`mechjax.sharding.leading_axis`) the chain keys and axis ``chain_axis`` of every output are
+  split over its devices, and everything else is replicated."""
+  if layout is None:
+    return jax.jit(run)
+  rep = sharding_lib.replicated(layout)
+  in_shardings = tuple(layout if i == 2 else rep for i in range(num_args))
   return jax.jit(
-    run,
-    in_shardings=(rep, rep, layout, rep, rep),
-    out_shardings=sharding_lib.along(layout, chain_axis),
+    run, in_shardings=in_shardings, out_shardings=sharding_lib.along(layout, chain_axis)
   )

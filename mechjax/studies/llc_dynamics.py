@@ -7,8 +7,9 @@ The data are ``x ~ N(0, I)`` and ``y = x·M (+ noise)`` with a teacher ``M = V d
 initialisation. It learns the teacher's modes one at a time, strongest first (saddle-to-saddle
 dynamics), so the loss falls in steps and the number of learned modes ``r`` rises ``0 → R``.
 
-At every checkpoint the LLC is estimated with ``num_chains`` vmapped SGLD chains (one compiled
-program for all checkpoints, seeds and localizations). Two reference values are drawn with it:
+At every checkpoint the LLC is estimated with ``num_chains`` vmapped SGLD chains, for every seed,
+``checkpoints_per_call`` checkpoints at a time in one compiled program per localization
+(:func:`mechjax.slt.llc.estimate_llc_batch`). Two reference values are drawn with it:
 
 * the converged network sits at a true parameter of a rank-``R`` deep linear network, whose learning
   coefficient is known in closed form (Aoyagi 2024;
@@ -107,6 +108,12 @@ class Config(config.Settings):
       "batch_size": "llc_batch_size",
       "nbeta": "nbeta",
     },
+  )
+  checkpoints_per_call: int = config.setting(
+    10,
+    "Checkpoints whose LLCs (every seed's) are sampled together in one program "
+    "(estimate_llc_batch); llc.jsonl is appended after each such group.",
+    check=config.at_least(1),
   )
   localizations: tuple[float, ...] = config.setting(
     (100.0, 1000.0),
@@ -209,9 +216,12 @@ def estimate_checkpoints(
 ) -> list[dict]:
   """The LLC at every saved checkpoint, for every seed and localization; appends to ``llc.jsonl``.
 
-  Rows of checkpoints already in ``llc.jsonl`` are kept and not recomputed. Every estimate uses the
-  same key (per seed), so neighbouring checkpoints share their random numbers and their difference
-  is less noisy.
+  Rows of checkpoints already in ``llc.jsonl`` are kept and not recomputed. The checkpoints are
+  taken ``checkpoints_per_call`` at a time: their points (checkpoints × seeds) are sampled in one
+  program per localization (:func:`mechjax.slt.llc.estimate_llc_batch`; a short last group is
+  padded with copies of its last checkpoint, so every group runs the same program), and the
+  group's rows are appended before the next starts. Every estimate uses the same key per seed, so
+  neighbouring checkpoints share their random numbers and their difference is less noisy.
   """
   path = ctx.path("llc.jsonl")
   rows = metrics_lib.read_jsonl(path)
@@ -223,46 +233,59 @@ def estimate_checkpoints(
       f.writelines(json.dumps(r) + "\n" for r in rows)
   params_by_step = trained.params_at()
   steps = sorted(params_by_step)
-  for i, step in enumerate(steps):
-    if step in done:
-      continue
+  pending = [s for s in steps if s not in done]
+  seeds = list(range(cfg.run.num_seeds))
+  seed_keys = jnp.stack([rng.key(cfg.run.seed, "llc", seed) for seed in seeds])
+  size = min(cfg.checkpoints_per_call, len(steps))  # a resumed run groups as the first did
+  for start in range(0, len(pending), size):
     t0 = time.perf_counter()
+    group = pending[start : start + size]
+    padded = group + [group[-1]] * (size - len(group))
+    # Points are (checkpoint, seed), checkpoint-major; params_by_step[step] has the seed axis first.
+    stack = jax.tree.map(lambda *a: jnp.concatenate(a), *[params_by_step[s] for s in padded])
+    keys = jnp.concatenate([seed_keys] * len(padded))
+    loss_at = np.asarray(jax.vmap(half_mse, in_axes=(0, None))(stack, data))
+    products = jax.vmap(lambda p: forward(p, jnp.eye(cfg.widths[0])))(stack)
+    modes = np.asarray(jax.vmap(lambda m: learned_modes(m, cfg.singular_values))(products))
+    by_gamma = {
+      gamma: llc_lib.estimate_llc_batch(
+        half_mse,
+        stack,
+        data,
+        key=keys,
+        settings=dataclasses.replace(cfg.sgld, localization=float(gamma)),
+      )
+      for gamma in cfg.localizations
+    }
     new = []
-    for seed in range(cfg.run.num_seeds):
-      params = jax.tree.map(lambda a: a[seed], params_by_step[step])
-      key = rng.key(cfg.run.seed, "llc", seed)
-      loss_at = float(half_mse(params, data))
-      modes = int(learned_modes(forward(params, jnp.eye(cfg.widths[0])), cfg.singular_values))
-      for gamma in cfg.localizations:
-        res = llc_lib.estimate_llc(
-          half_mse,
-          params,
-          data,
-          key=key,
-          settings=dataclasses.replace(cfg.sgld, localization=float(gamma)),
-        )
-        new.append(
-          {
-            "step": int(step),
-            "seed": seed,
-            "localization": float(gamma),
-            "llc_mean": res.llc_mean,
-            "llc_std": res.llc_std,
-            "llc_per_chain": res.llc_per_chain.tolist(),
-            "loss": loss_at,
-            "learned_modes": modes,
-            "fraction_below_init_loss": res.diagnostics["fraction_below_init_loss"],
-            "mala_acceptance": res.diagnostics["mala_acceptance"],
-            "distance_mean": res.diagnostics["distance_mean"],
-          }
-        )
+    for i, step in enumerate(group):
+      for seed in seeds:
+        b = i * len(seeds) + seed
+        for gamma, res in by_gamma.items():
+          new.append(
+            {
+              "step": int(step),
+              "seed": seed,
+              "localization": float(gamma),
+              "llc_mean": float(res.llc_mean[b]),
+              "llc_std": float(res.llc_std[b]),
+              "llc_per_chain": res.llc_per_chain[b].tolist(),
+              "loss": float(loss_at[b]),
+              "learned_modes": int(modes[b]),
+              "fraction_below_init_loss": float(res.diagnostics["fraction_below_init_loss"][b]),
+              "mala_acceptance": float(res.diagnostics["mala_acceptance"][b]),
+              "distance_mean": float(res.diagnostics["distance_mean"][b]),
+            }
+          )
     if metrics_lib.is_writer():
       with open(path, "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in new)
     rows.extend(new)
-    text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in new if r["seed"] == 0)
+    last = [r for r in new if r["seed"] == 0 and r["step"] == group[-1]]
+    text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in last)
     ctx.log(
-      f"[llc] checkpoint {step} ({i + 1}/{len(steps)}), seed 0: {text}  "
+      f"[llc] checkpoints {group[0]}-{group[-1]} ({start + len(group)}/{len(pending)} to do) × "
+      f"{len(seeds)} seeds in one program per γ; at {group[-1]}, seed 0: {text}  "
       f"({time.perf_counter() - t0:.1f} s)"
     )
   return sorted(rows, key=lambda r: (r["step"], r["seed"], r["localization"]))

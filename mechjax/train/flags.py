@@ -38,18 +38,13 @@ FLAGS = flags.FLAGS
 
 
 def cpu_cores_as_devices() -> bool:
-  """Makes every CPU core a JAX device, so that SGLD chains are sharded over the cores
-  (:func:`mechjax.slt.sgld.sample_chains`): XLA runs one CPU device's elementwise work on one core.
-  Call it before JAX runs anything. Returns False, changing nothing, when JAX has already started
-  (as in an in-process test). Accelerator backends are not affected; single-device programs run as
-  before."""
-  import jax  # local: flag parsing itself does not need JAX
+  """Makes every CPU core a JAX device (:func:`mechjax.use_all_cpu_cores`), so that SGLD chains
+  and seeds are sharded over the cores. Call it before JAX runs anything. Returns False, changing
+  nothing, when JAX has already started (as in an in-process test) or the count was set already.
+  Accelerator backends are not affected; single-device programs run as before."""
+  import mechjax  # local: flag parsing itself does not need JAX
 
-  try:
-    jax.config.update("jax_num_cpu_devices", os.cpu_count() or 1)
-  except RuntimeError:
-    return False
-  return True
+  return mechjax.set_cpu_devices()
 
 
 def initialize_distributed() -> bool:

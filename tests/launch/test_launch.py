@@ -284,15 +284,19 @@ def test_tpu_vm_dry_run_prints_setup_and_one_command_per_member(tmp_path):
     assert "--zone=us-west4-a" in cmd and "--project=proj" in cmd and "--worker=all" in cmd
   setup = lines[0][-1].removeprefix("--command=")
   assert "git clone https://example.org/mechjax.git mechjax" in setup
-  assert (
-    f"pip install 'jax[tpu]=={tpu_vm.jax_version()}'" in setup
-    and "pip install -r requirements.txt" in setup
-  )
+  # The environment is uv's, with Python >= 3.11 whatever the image ships, and the pinned stack is
+  # installed into it, not into the system python3.
+  assert "uv venv --allow-existing --python '>=3.11' mechjax/.venv" in setup
+  venv = "--python mechjax/.venv/bin/python"
+  assert f"pip install {venv} 'jax[tpu]=={tpu_vm.jax_version()}'" in setup
+  assert f"pip install {venv} -r mechjax/requirements.txt" in setup
+  assert "assert sys.version_info >= (3, 11)" in setup
+  assert "python3 -m pip install -r" not in setup
   m = lib.Member("experiments.fourier_phase", {"seed": 1, "alpha": [0, 2]})
   run = lines[2][-1].removeprefix("--command=")
   assert run == (
-    "cd mechjax && MECHJAX_DISTRIBUTED=1 python3 -m experiments.fourier_phase --alpha=0,2 --seed=1 "
-    f"--workdir=/data/sw/{m.id}"
+    "cd mechjax && MECHJAX_DISTRIBUTED=1 .venv/bin/python -m experiments.fourier_phase --alpha=0,2 "
+    f"--seed=1 --workdir=/data/sw/{m.id}"
   )
   missing = run_module(
     "launch.sweep", f"--sweep={sweep}", "--root=/data/sw", "--backend=tpu_vm", "--dry_run"
@@ -330,3 +334,96 @@ def test_slurm_dry_run_and_a_debug_array(tmp_path, fake):
     1.0,
     4.0,
   ]
+
+
+def test_slurm_parameters_reach_the_batch_script_through_submitit(tmp_path, monkeypatch):
+  # submitit's own SLURM executor, submitting to a stand-in sbatch that keeps the batch script.
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  (bin_dir / "sbatch").write_text(
+    '#!/bin/sh\ncp "$1" "$SBATCH_COPY"\necho Submitted batch job 4242\n'
+  )
+  (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+  for tool in ("sbatch", "srun"):
+    os.chmod(bin_dir / tool, 0o755)
+  monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+  monkeypatch.setenv("SBATCH_COPY", str(tmp_path / "script.sh"))
+  params = slurm.parameters(
+    partition="gpu",
+    timeout_min=90,
+    gpus_per_node=4,
+    cpus_per_task=8,
+    array_parallelism=1,
+    job_name="mechjax-fourier_phase",
+    account="my-lab",
+    qos="high",
+    mem="64G",
+    constraint="a100",
+    setup=["module load cuda/12.4", "export FOO=1"],
+    additional=slurm.parse_params(["reservation=r1"]),
+    nodes=2,
+    tasks_per_node=4,
+  )
+  members = [lib.Member("experiments.fourier_phase", {"seed": s}) for s in (0, 1)]
+  jobs = slurm.submit(members, str(tmp_path / "root"), params, executor="slurm")
+  assert len(jobs) == 2 and jobs[0].job_id.startswith("4242")
+  script = (tmp_path / "script.sh").read_text()
+  for line in (
+    "#SBATCH --account=my-lab",
+    "#SBATCH --qos=high",
+    "#SBATCH --mem=64G",
+    "#SBATCH --constraint=a100",
+    "#SBATCH --partition=gpu",
+    "#SBATCH --nodes=2",
+    "#SBATCH --ntasks-per-node=4",
+    "#SBATCH --gpus-per-node=4",
+    "#SBATCH --time=90",
+    "#SBATCH --array=0-1%1",
+    "#SBATCH --reservation=r1",
+  ):
+    assert line in script, (line, script)
+  assert script.index("module load cuda/12.4") < script.index("srun")
+  assert "export FOO=1" in script
+
+
+def test_a_multi_task_member_runs_under_jax_distributed():
+  check = [
+    sys.executable,
+    "-c",
+    "import os, sys; sys.exit(os.environ.get('MECHJAX_DISTRIBUTED') != '1')",
+  ]
+  assert slurm.run_member(check, distributed=True) == 0
+  with pytest.raises(RuntimeError, match="exit status 1"):
+    slurm.run_member(check, distributed=False)
+  assert slurm.is_distributed({"nodes": 2, "tasks_per_node": 1})
+  assert not slurm.is_distributed({"nodes": 1, "tasks_per_node": 1})
+
+
+def test_slurm_dry_run_shows_account_qos_and_multi_node_members(tmp_path):
+  sweep = _sweep_file(tmp_path / "sweep.py", "experiments.fourier_phase", [{"seed": 0}])
+  args = [f"--sweep={sweep}", f"--root={tmp_path / 'root'}", "--backend=slurm", "--dry_run"]
+  r = run_module(
+    "launch.sweep",
+    *args,
+    "--account=my-lab",
+    "--qos=high",
+    "--mem=64G",
+    "--slurm_setup=module load cuda",
+    "--slurm_param=reservation=r1",
+    "--nodes=2",
+    "--tasks_per_node=4",
+  )
+  assert r.returncode == 0, r.stderr
+  for shown in (
+    "slurm_account='my-lab'",
+    "slurm_qos='high'",
+    "slurm_mem='64G'",
+    "slurm_setup=['module load cuda']",
+    "slurm_additional_parameters={'reservation': 'r1'}",
+    "nodes=2",
+    "tasks_per_node=4",
+    "MECHJAX_DISTRIBUTED=1",
+  ):
+    assert shown in r.stdout, (shown, r.stdout)
+  bad = run_module("launch.sweep", *args, "--slurm_param=reservation")
+  assert bad.returncode == 2 and "is not key=value" in bad.stderr
