@@ -187,8 +187,11 @@ def run_devinterp(inputs) -> dict:
       return inp
 
   def half_squared_error(model, input_ids):
+    # devinterp wants a (batch, row length − 1) "per-token" loss: each sample's loss, repeated, so
+    # that its mean is the mean over samples.
     out = model(input_ids[:, :d_in])
-    return 0.5 * ((out - input_ids[:, d_in:]) ** 2).sum(-1, keepdim=True)
+    per_sample = 0.5 * ((out - input_ids[:, d_in:]) ** 2).sum(-1, keepdim=True)
+    return per_sample.expand(-1, input_ids.shape[1] - 1)
 
   t0 = time.perf_counter()
   means, stds = [], []

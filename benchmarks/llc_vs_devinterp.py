@@ -1,7 +1,7 @@
 """LLC estimation, mechjax against devinterp 2.0.1, whole process against whole process.
 
     pip install -r benchmarks/requirements.txt        # torch 2.13.0 (CPU build) and devinterp 2.0.1
-    python -m benchmarks.llc_vs_devinterp             # about 4 minutes on 2 cores
+    python -m benchmarks.llc_vs_devinterp             # about 10 minutes on 2 cores
 
 The reference model is a next-token model: vocabulary 64, embedding 64 (tied with the unembedding),
 one residual 256-wide ReLU MLP, 37,184 parameters; the data are 2,048 random sequences of 17 tokens
@@ -15,11 +15,15 @@ configuration).
 Both tools use the same sampler settings (devinterp's convention, ``Δw = −(ε/2)[nβ∇L_B + γ(w − w*)]
 + √ε·ξ``): batch 32, ε = 1e-4, nβ = 10, γ = 100, no burn-in. The estimators differ by design:
 devinterp subtracts an init loss averaged over 32 batches from each draw's minibatch loss; mechjax
-subtracts the same minibatch's loss at ``w*`` (one extra forward pass per step, see
-:mod:`mechjax.slt.llc`). mechjax makes every CPU core a JAX device (``jax_num_cpu_devices``), so
-that :func:`mechjax.slt.sgld.sample_chains` shards the chains over them; torch uses all cores by
-itself. mechjax runs with ``mala=False`` here (the MALA acceptance diagnostic costs one more
-gradient per step); the ``--with_mala`` flag adds a row with it on.
+subtracts the same minibatch's loss at ``w*`` (taken from per-sample losses at ``w*`` computed once,
+since this loss is a mean over sequences; see :mod:`mechjax.slt.llc`). torch uses all cores by
+itself. mechjax runs three ways:
+
+* ``mechjax``: the README's path, ``mechjax.use_all_cpu_cores()`` and then ``estimate_llc`` with its
+  defaults (the MALA diagnostic on every 16th step, the ``w*`` path chosen automatically);
+* ``mechjax_one_device``: the same call without ``use_all_cpu_cores()`` (one CPU device);
+* ``mechjax_tuned``: the defaults plus ``mala=False`` and ``star_loss="per_sample"`` (no automatic
+  check).
 
 The FLOP count of one mechjax run is XLA's own (``cost_analysis`` of the compiled program); the
 matmul peak is the best of a few square float32 matmuls measured in the parent.
@@ -48,11 +52,10 @@ flags.DEFINE_list(
 flags.DEFINE_integer(
   "repeats", 2, "Whole-process runs per tool and workload, alternating tools; the best is kept."
 )
-flags.DEFINE_bool("with_mala", False, "Also time mechjax with the MALA acceptance diagnostic on.")
 flags.DEFINE_enum(
   "worker",
   None,
-  ["mechjax", "mechjax_mala", "devinterp"],
+  ["mechjax", "mechjax_one_device", "mechjax_tuned", "devinterp"],
   "Internal: run one tool in this process.",
 )
 flags.DEFINE_string("inputs", None, "Internal: the .npz with the weights and the data.")
@@ -114,18 +117,22 @@ def pretrain(weights, ids, steps=300, lr=1e-2):
 
 # ----------------------------------------------------------------------------------------------
 # workers
-def run_mechjax(inputs: dict, chains: int, draws: int, mala: bool) -> dict:
-  import jax
+def run_mechjax(inputs: dict, chains: int, draws: int, variant: str) -> dict:
+  """``variant``: ``"defaults"`` is the README's path (``mechjax.use_all_cpu_cores()``, then
+  ``estimate_llc`` with its defaults); ``"one_device"`` skips the first call; ``"tuned"`` adds
+  ``mala=False`` and ``star_loss="per_sample"`` to the defaults."""
+  import mechjax
 
-  jax.config.update(
-    "jax_num_cpu_devices", os.cpu_count()
-  )  # every core a device: chains are sharded over them
+  if variant != "one_device":
+    mechjax.use_all_cpu_cores()  # every core a device: chains are sharded over them
+  import jax
   import jax.numpy as jnp
 
   from mechjax.slt import llc
 
   params = {k: jnp.asarray(inputs[k]) for k in ("embed", "w1", "b1", "w2", "b2")}
   data = {"input_ids": jnp.asarray(inputs["input_ids"])}
+  extra = dict(mala=False, star_loss="per_sample") if variant == "tuned" else {}
   res = llc.estimate_llc(
     jax_loss,
     params,
@@ -133,7 +140,7 @@ def run_mechjax(inputs: dict, chains: int, draws: int, mala: bool) -> dict:
     key=jax.random.PRNGKey(0),
     num_chains=chains,
     num_draws=draws,
-    mala=mala,
+    **extra,
     **SETTINGS,
   )
   return {
@@ -141,16 +148,20 @@ def run_mechjax(inputs: dict, chains: int, draws: int, mala: bool) -> dict:
     "llc_std": res.llc_std,
     "platform": jax.devices()[0].platform,
     "devices": len(jax.devices()),
+    "star_loss": res.diagnostics["star_loss"],
+    "mala_steps": res.diagnostics.get("mala_steps", 0),
   }
 
 
-def mechjax_flops(inputs: dict, chains: int, draws: int, mala: bool) -> float:
+def mechjax_flops(inputs: dict, chains: int, draws: int, mala: bool, per_sample: bool) -> float:
   """XLA's FLOP count of the compiled sampling program (compiled here, in the parent, outside any
   timing).
 
   XLA's cost analysis counts the body of a ``while`` loop once, whatever its trip count (checked:
   the count is the same for 10 and 100 draws), so the body's count is multiplied by the number of
-  steps."""
+  steps. With MALA every ``k``-th step, the count of a step with the acceptance and of one without
+  are weighted by how often each runs; the per-sample losses at ``w*`` (one pass over the data) are
+  added once."""
   import jax
   import jax.numpy as jnp
 
@@ -159,11 +170,26 @@ def mechjax_flops(inputs: dict, chains: int, draws: int, mala: bool) -> float:
   params = {k: jnp.asarray(inputs[k]) for k in ("embed", "w1", "b1", "w2", "b2")}
   data = {"input_ids": jnp.asarray(inputs["input_ids"])}
   keys = sgld.chain_keys(jax.random.PRNGKey(0), chains)
-  settings = sgld.SGLDSettings(mala=mala, num_chains=chains, num_draws=2, **SETTINGS)
-  program = sgld._program(jax_loss, settings, False, None, None)
-  cost = program.lower(params, data, keys, None, None).compile().cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return float(cost["flops"]) * draws
+  star = sgld.per_sample_star_losses(jax_loss, params, data) if per_sample else None
+
+  def flops(program, *args):
+    cost = program.lower(*args).compile().cost_analysis()
+    return float((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"])
+
+  def step_flops(with_mala: bool) -> float:
+    settings = sgld.SGLDSettings(
+      mala=with_mala, mala_every=1, num_chains=chains, num_draws=2, **SETTINGS
+    )
+    program = sgld._program(jax_loss, settings, False, None, None, None, per_sample)
+    return flops(program, params, data, keys, None, None, star)
+
+  every = sgld.SGLDSettings(**SETTINGS).mala_every
+  plain = step_flops(False)
+  per_step = plain + (step_flops(True) - plain) / every if mala else plain
+  total = per_step * draws
+  if per_sample:
+    total += flops(sgld._per_sample_program(jax_loss, 256), params, data)
+  return total
 
 
 def torch_model(inputs: dict):
@@ -287,7 +313,8 @@ def main(argv):
     if FLAGS.worker == "devinterp":
       out = run_devinterp(inputs, chains, draws)
     else:
-      out = run_mechjax(inputs, chains, draws, mala=FLAGS.worker == "mechjax_mala")
+      variant = {"mechjax": "defaults"}.get(FLAGS.worker, FLAGS.worker.removeprefix("mechjax_"))
+      out = run_mechjax(inputs, chains, draws, variant)
     print(json.dumps(out))
     return
   try:
@@ -321,9 +348,9 @@ def main(argv):
     f"{SETTINGS['nbeta']:g}, "
     f"γ = {SETTINGS['localization']:g}; times are whole processes, best of {FLAGS.repeats}\n"
   )
-  tools = ["devinterp", "mechjax"] + (["mechjax_mala"] if FLAGS.with_mala else [])
+  tools = ["devinterp", "mechjax", "mechjax_one_device", "mechjax_tuned"]
   header = (
-    f"{'workload':>9s} {'tool':>13s} {'wall (s)':>9s} {'LLC mean ± sd (chains)':>24s} "
+    f"{'workload':>9s} {'tool':>18s} {'wall (s)':>9s} {'LLC mean ± sd (chains)':>24s} "
     f"{'speed-up':>9s} {'GFLOP/s':>8s} {'of peak':>8s}"
   )
   header += "\n(GFLOP/s: XLA's FLOP count of the sampling program over the whole-process wall time)"
@@ -343,7 +370,10 @@ def main(argv):
       for tool in tools:
         if tool != "devinterp":
           best[tool][1]["flops"] = mechjax_flops(
-            dict(np.load(path)), *WORKLOADS[workload], tool == "mechjax_mala"
+            dict(np.load(path)),
+            *WORKLOADS[workload],
+            mala=tool != "mechjax_tuned",
+            per_sample=best[tool][1]["star_loss"] == "per_sample",
           )
       rows.append((workload, best))
   peak = max(
@@ -360,7 +390,7 @@ def main(argv):
       frac = f"{rate / peak:8.0%}" if np.isfinite(rate) else f"{'':>8s}"
       rate_s = f"{rate:8.1f}" if np.isfinite(rate) else f"{'':>8s}"
       print(
-        f"{workload:>9s} {tool:>13s} {wall:9.1f} {out['llc_mean']:14.2f} ± {out['llc_std']:7.2f} "
+        f"{workload:>9s} {tool:>18s} {wall:9.1f} {out['llc_mean']:14.2f} ± {out['llc_std']:7.2f} "
         f"{base / wall:8.2f}x {rate_s} {frac}"
       )
       summary[f"{workload}/{tool}"] = {"wall_s": wall, **out}

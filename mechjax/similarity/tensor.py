@@ -169,7 +169,8 @@ def tensor_inner(
 
 def fold_single_bilinear(layers) -> bl.Layer:
   """A network with exactly one bilinear layer as that one layer, the linear layers folded into
-  it."""
+  it. Nothing of size ``in × in`` is formed: a linear prefix is multiplied into ``L`` and ``R``
+  from the right, one layer at a time, and a bilinear first layer is returned as it is."""
   layers = bl.validate(layers)
   kinds = [bl.layer_kind(x) for x in layers]
   if kinds.count("bilinear") != 1:
@@ -179,24 +180,95 @@ def fold_single_bilinear(layers) -> bl.Layer:
       "independent-copies expectation) or monte_carlo_inner"
     )
   i = kinds.index("bilinear")
-  pre = jnp.eye(bl.input_dim(layers))
-  for x in layers[:i]:
-    pre = jnp.asarray(x["weight"]) @ pre
-  post = None
-  for x in layers[i + 1 :]:
-    post = jnp.asarray(x["weight"]) if post is None else jnp.asarray(x["weight"]) @ post
   lay = layers[i]
-  out = jnp.asarray(lay["out"]) if post is None else post @ jnp.asarray(lay["out"])
-  return {
-    "left": jnp.asarray(lay["left"]) @ pre,
-    "right": jnp.asarray(lay["right"]) @ pre,
-    "out": out,
-  }
+  left, right, out = (jnp.asarray(lay[k]) for k in bl.BILINEAR_KEYS)
+  for x in reversed(layers[:i]):  # (L W_i ⋯ W_1): the prefix applied to x, innermost last
+    w = jnp.asarray(x["weight"])
+    left, right = left @ w, right @ w
+  for x in layers[i + 1 :]:
+    out = jnp.asarray(x["weight"]) @ out
+  return {"left": left, "right": right, "out": out}
 
 
 def _sym_frobenius_single(la, ra, da, lb, rb, db):
-  core = _bilinear_core(la, ra, lb, rb, jnp.eye(la.shape[1], dtype=la.dtype), True)
+  """``⟨B_a^s, B_b^s⟩`` of two single bilinear layers: ``Σ_hg (DᵀD)_hg · ½[(L_a L_bᵀ)⊙(R_a R_bᵀ)
+  + (L_a R_bᵀ)⊙(R_a L_bᵀ)]_hg``, four ``h_a × in × h_b`` products and one ``h_a × o × h_b``."""
+  core = 0.5 * ((la @ lb.T) * (ra @ rb.T) + (la @ rb.T) * (ra @ lb.T))
   return jnp.sum(core * (da.T @ db))
+
+
+def _gaussian_parts(f: bl.Layer, constant: bool):
+  """Per-network terms of :func:`gaussian_inner`, computed once per network: the Gaussian
+  coordinates' ``L`` and ``R``, ``D``, and the constant, linear and trace terms of each output."""
+  left, right, d = f["left"], f["right"], f["out"]
+  if constant:
+    l0, r0, lx, rx = left[:, 0], right[:, 0], left[:, 1:], right[:, 1:]
+    const = d @ (l0 * r0)
+    lin = d @ (l0[:, None] * rx + r0[:, None] * lx)
+  else:
+    lx, rx = left, right
+    const = jnp.zeros(d.shape[0], left.dtype)
+    lin = jnp.zeros((d.shape[0], 1), left.dtype)
+  trace = d @ jnp.sum(lx * rx, axis=1)
+  return lx, rx, d, const, lin, trace
+
+
+QUADRATIC_MAX_ENTRIES = 2**26  # the (o, in, in) quadratic forms of the per-network path, at most
+
+
+def _use_quadratic_forms(h: int, d: int, o: int, pairs: int, networks: int) -> bool:
+  """Whether to contract through each network's quadratic forms ``Q_k^s`` (``o·h·d²`` per network,
+  then ``o·d²`` per pair) instead of the hidden-unit Grams (``4h²d + h²o`` per pair): the first
+  wins when the input is narrow against the hidden layer, and is used only when the ``(o, d, d)``
+  forms fit in ``QUADRATIC_MAX_ENTRIES``."""
+  per_network = networks * o * h * d * d + pairs * o * d * d
+  per_pair = pairs * (4 * h * h * d + h * h * o)
+  return o * d * d <= QUADRATIC_MAX_ENTRIES and per_network < per_pair
+
+
+def _quadratic_forms(lx, rx, d):
+  """``Q_k^s = ½ Σ_h D_kh (l_h r_hᵀ + r_h l_hᵀ)``, ``(o, in, in)``."""
+  q = jnp.einsum("kh,hi,hj->kij", d, lx, rx)
+  return 0.5 * (q + jnp.swapaxes(q, 1, 2))
+
+
+def _gaussian_from_parts(pa, pb, qa=None, qb=None):
+  (lxa, rxa, da, ca, ba, ta), (lxb, rxb, db, cb, bb, tb) = pa, pb
+  if qa is None:
+    quad = 2.0 * _sym_frobenius_single(lxa, rxa, da, lxb, rxb, db)
+  else:
+    quad = 2.0 * jnp.sum(qa * qb)
+  return quad + ta @ tb + jnp.sum(ba * bb) + ca @ cb + ca @ tb + cb @ ta
+
+
+def _forms(parts, use: bool):
+  return _quadratic_forms(*parts[:3]) if use else None
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _gaussian_inner(fa, fb, constant):
+  pa, pb = _gaussian_parts(fa, constant), _gaussian_parts(fb, constant)
+  (h, d), o = pa[0].shape, pa[2].shape[0]
+  use = _use_quadratic_forms(max(h, pb[0].shape[0]), d, o, pairs=1, networks=2)
+  return _gaussian_from_parts(pa, pb, _forms(pa, use), _forms(pb, use))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _gaussian_similarity(fa, fb, constant):
+  pa, pb = _gaussian_parts(fa, constant), _gaussian_parts(fb, constant)
+  (h, d), o = pa[0].shape, pa[2].shape[0]
+  use = _use_quadratic_forms(max(h, pb[0].shape[0]), d, o, pairs=3, networks=2)
+  qa, qb = _forms(pa, use), _forms(pb, use)
+  ab = _gaussian_from_parts(pa, pb, qa, qb)
+  return ab / jnp.sqrt(_gaussian_from_parts(pa, pa, qa, qa) * _gaussian_from_parts(pb, pb, qb, qb))
+
+
+def _folded_pair(a, b):
+  a, b = _networks(a, b)
+  fa, fb = fold_single_bilinear(a), fold_single_bilinear(b)
+  dt = jnp.result_type(*[v.dtype for v in (*fa.values(), *fb.values())], jnp.float32)
+  cast = lambda f: {k: v.astype(dt) for k, v in f.items()}  # noqa: E731
+  return cast(fa), cast(fb)
 
 
 def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
@@ -204,7 +276,11 @@ def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
 
   Writing each output as ``f_k = c_k + b_k·x + xᵀQ_k x`` (``c = b = 0`` unless ``constant``, when
   the network reads ``[1; x]``): ``E f_a f_b = Σ_k [2 tr(Q_ak^s Q_bk^s) + tr Q_ak tr Q_bk +
-  b_ak·b_bk + c_ak c_bk + c_ak tr Q_bk + c_bk tr Q_ak]``. Nothing of size ``d²·o`` is formed.
+  b_ak·b_bk + c_ak c_bk + c_ak tr Q_bk + c_bk tr Q_ak]``, in one compiled program per shape.
+  ``tr(Q_ak^s Q_bk^s)`` is contracted through the hidden units (four ``h_a × in × h_b`` matrix
+  products and one ``h_a × o × h_b``, nothing of size ``in²`` formed) or, when the input is narrow
+  against the hidden layer and the forms fit, through the ``(o, in, in)`` forms themselves,
+  whichever costs fewer operations (:func:`_use_quadratic_forms`).
 
   Args:
     a: the first network in the weight format of :mod:`mechjax.models.bilinear`, with exactly one
@@ -216,24 +292,8 @@ def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
   Returns:
     The scalar expectation.
   """
-  a, b = _networks(a, b)
-  fa, fb = fold_single_bilinear(a), fold_single_bilinear(b)
-  parts = []
-  for f in (fa, fb):
-    left, right, d = f["left"], f["right"], f["out"]
-    if constant:
-      l0, r0, lx, rx = left[:, 0], right[:, 0], left[:, 1:], right[:, 1:]
-      const = d @ (l0 * r0)
-      lin = d @ (l0[:, None] * rx + r0[:, None] * lx)
-    else:
-      lx, rx = left, right
-      const = jnp.zeros(d.shape[0], left.dtype)
-      lin = jnp.zeros((d.shape[0], left.shape[1]), left.dtype)
-    trace = d @ jnp.sum(lx * rx, axis=1)
-    parts.append((lx, rx, d, const, lin, trace))
-  (lxa, rxa, da, ca, ba, ta), (lxb, rxb, db, cb, bb, tb) = parts
-  quad = 2.0 * _sym_frobenius_single(lxa, rxa, da, lxb, rxb, db)
-  return quad + ta @ tb + jnp.sum(ba * bb) + ca @ cb + ca @ tb + cb @ ta
+  fa, fb = _folded_pair(a, b)
+  return _gaussian_inner(fa, fb, bool(constant))
 
 
 def _cosine_from_logs(cab, gab, caa, gaa, cbb, gbb):
@@ -262,8 +322,8 @@ def tensor_similarity(
     The scalar cosine similarity.
   """
   if measure == "gaussian":
-    ab, aa, bb = (gaussian_inner(x, y, constant=constant) for x, y in ((a, b), (a, a), (b, b)))
-    return ab / jnp.sqrt(aa * bb)
+    fa, fb = _folded_pair(a, b)
+    return _gaussian_similarity(fa, fb, bool(constant))  # each network's own terms once
   if measure != "frobenius":
     raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
   (cab, gab), (caa, gaa), (cbb, gbb) = (
@@ -330,13 +390,8 @@ def similarity_matrix(
   k = len(nets)
   ii, jj = np.triu_indices(k)
 
-  def pair(stacked, i, j):
-    pick = lambda t, n: jax.tree.map(lambda x: x[n], t)
-    c, g = log_gram(pick(stacked, i), pick(stacked, j), symmetrize=symmetrize)
-    v = jnp.trace(g) if slice_index is None else g[slice_index, slice_index]
-    return c, v
-
-  c, v = jax.jit(jax.vmap(pair, in_axes=(None, 0, 0)))(stacked, jnp.asarray(ii), jnp.asarray(jj))
+  index = None if slice_index is None else int(slice_index)
+  c, v = _matrix_program(bool(symmetrize), index)(stacked, jnp.asarray(ii), jnp.asarray(jj))
   c, v = np.asarray(c, np.float64), np.asarray(v, np.float64)
   logs = np.zeros((k, k))
   vals = np.zeros((k, k))
@@ -349,6 +404,21 @@ def similarity_matrix(
       / np.sqrt(np.abs(np.outer(d_val, d_val)))
       * np.exp(logs - 0.5 * (d_log[:, None] + d_log[None, :]))
     )
+
+
+@functools.lru_cache(maxsize=32)
+def _matrix_program(symmetrize: bool, slice_index: int | None):
+  """The pairs of :func:`similarity_matrix` as one jitted, vmapped program, built once per
+  (symmetrize, slice) and compiled once per architecture and K: a second call with networks of
+  the same shapes compiles nothing."""
+
+  def pair(stacked, i, j):
+    pick = lambda t, n: jax.tree.map(lambda x: x[n], t)  # noqa: E731
+    c, g = log_gram(pick(stacked, i), pick(stacked, j), symmetrize=symmetrize)
+    v = jnp.trace(g) if slice_index is None else g[slice_index, slice_index]
+    return c, v
+
+  return jax.jit(jax.vmap(pair, in_axes=(None, 0, 0)))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -173,3 +173,56 @@ def test_mismatched_networks_and_measures_are_refused():
     ts.similarity_matrix([one, [th._rand_bilinear(rng, 5, 3, 2)]])
   with pytest.raises(ValueError, match="measure must be one of"):
     ts.tensor_inner(one, one, measure="cosine")
+
+
+def _single(rng, d, h, o):
+  return [
+    {
+      "left": rng.normal(size=(h, d)) / np.sqrt(d),
+      "right": rng.normal(size=(h, d)) / np.sqrt(d),
+      "out": rng.normal(size=(o, h)) / np.sqrt(h),
+    }
+  ]
+
+
+@pytest.mark.parametrize("constant", [False, True])
+def test_gaussian_inner_through_the_quadratic_forms_equals_the_hidden_unit_path(constant):
+  rng = np.random.default_rng(3)
+  a, b = _single(rng, 6, 40, 3), _single(rng, 6, 40, 3)
+  assert ts._use_quadratic_forms(40, 6, 3, pairs=1, networks=2)  # a narrow input: the forms
+  assert not ts._use_quadratic_forms(8, 600, 3, pairs=1, networks=2)  # a wide one: the hidden units
+  fa, fb = ts._folded_pair(a, b)
+  pa, pb = ts._gaussian_parts(fa, constant), ts._gaussian_parts(fb, constant)
+  hidden = ts._gaussian_from_parts(pa, pb)
+  forms = ts._gaussian_from_parts(
+    pa, pb, ts._quadratic_forms(*pa[:3]), ts._quadratic_forms(*pb[:3])
+  )
+  np.testing.assert_allclose(float(forms), float(hidden), rtol=1e-6)
+  # And the public call (which takes the forms here) agrees with the Monte-Carlo expectation.
+  mean, se = ts.monte_carlo_inner(a, b, jax.random.key(0), 200_000, constant=constant)
+  assert abs(float(ts.gaussian_inner(a, b, constant=constant)) - mean) < 4 * se
+
+
+def test_fold_single_bilinear_folds_linear_layers_on_both_sides():
+  rng = np.random.default_rng(4)
+  w0, w1, w2 = rng.normal(size=(4, 6)), rng.normal(size=(5, 4)), rng.normal(size=(2, 3))
+  (core,) = _single(rng, 5, 7, 3)
+  net = [{"weight": w0}, {"weight": w1}, core, {"weight": w2}]  # 6 → 4 → 5 → bilinear 3 → 2
+  folded = ts.fold_single_bilinear(net)
+  x = rng.normal(size=(9, 6))
+  np.testing.assert_allclose(
+    np.asarray(bl.apply_layers([folded], x)),
+    np.asarray(bl.apply_layers(net, x)),
+    rtol=2e-5,  # float32
+  )
+
+
+def test_similarity_matrix_compiles_once_per_architecture():
+  rng = np.random.default_rng(5)
+  nets = [_single(rng, 4, 6, 2) for _ in range(5)]
+  first = ts.similarity_matrix(nets)
+  program = ts._matrix_program(True, None)
+  size = program._cache_size()
+  again = ts.similarity_matrix([_single(rng, 4, 6, 2) for _ in range(5)])
+  assert program._cache_size() == size  # the same shapes reuse the compiled program
+  assert first.shape == again.shape == (5, 5) and not np.allclose(first, again)
