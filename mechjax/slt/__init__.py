@@ -29,8 +29,8 @@ from mechjax.slt.patterning import weighted_problem
 from mechjax.slt.sgld import MeanLoss
 from mechjax.slt.sgld import SGLDSettings
 from mechjax.slt.sgld import default_nbeta
-from mechjax.slt.sgld import sample_chain
 from mechjax.slt.sgld import per_sample_star_losses
+from mechjax.slt.sgld import sample_chain
 from mechjax.slt.sgld import sample_chains
 from mechjax.slt.sgld import sample_points
 from mechjax.slt.susceptibility import SusceptibilityResult
