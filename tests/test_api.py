@@ -112,3 +112,28 @@ def test_docs_api_lists_every_exported_name():
   for sub, name, _ in _exported():
     listed = set(re.findall(r"`(\w+)`", sections.get(sub, "")))
     assert name in listed, f"docs/api.md does not list mechjax.{sub}.{name}"
+
+
+@pytest.mark.slow
+def test_use_all_cpu_cores_makes_every_core_a_device_before_jax_starts_and_nothing_after():
+  import os
+  import subprocess
+  import sys
+
+  import mechjax
+  from tests.helpers import ROOT
+
+  code = (
+    "import mechjax, jax; n = mechjax.use_all_cpu_cores(); "
+    "jax.numpy.ones(1); print(n, len(jax.devices()), mechjax.use_all_cpu_cores())"
+  )
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env["PYTHONPATH"] = ROOT
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.split() == [str(mechjax.usable_cpu_cores())] * 3
+  # A device count the user set already wins.
+  env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.split() == ["3", "3", "3"]
