@@ -476,9 +476,9 @@ def sample_points(
   ``w*`` with a leading axis ``B`` (checkpoints, seeds or both), ``keys`` is ``(B,)`` (point ``b``'s
   chains use :func:`chain_keys` ``(keys[b], num_chains)``, as :func:`sample_chains` with
   ``keys[b]`` would) and ``star_losses``, if given, is ``(B, n)``. Every trace is ``(B, num_chains,
-  num_steps)``. Points × chains run in one ``jit(vmap(vmap(scan)))`` program; with several devices
-  the point axis is split over them when their number divides ``B``, else the chain axis when it
-  divides ``num_chains`` (``shard`` as in :func:`sample_chains`).
+  num_steps)``. The ``B × num_chains`` chains run in one ``jit(vmap(scan))`` program, each with its
+  point's ``w*``; with several devices that axis is split over them when their number divides it
+  (``shard`` as in :func:`sample_chains`).
 
   Args:
     loss_fn: ``loss_fn(params, batch) -> scalar``, the mean loss of a minibatch.
@@ -504,17 +504,22 @@ def sample_points(
     raise ValueError(f"keys must hold one key per point, ({num_points},); got {keys.shape}")
   check_params(params_stack)
   settings, sampler = resolve_data(settings, data)
-  layout = sharding_lib.leading_axis(num_points, "points", False if shard is False else None)
-  point_axis = layout is not None
-  if layout is None:
-    layout = sharding_lib.leading_axis(settings.num_chains, "chains", shard)
+  c = settings.num_chains
+  layout = sharding_lib.leading_axis(num_points * c, "chains", shard)
   program = _points_program(
-    loss_fn, settings, param_mask is not None, layout, point_axis, sampler, star_losses is not None
+    loss_fn, settings, param_mask is not None, layout, sampler, star_losses is not None
   )
-  chain_keys_ = jax.vmap(lambda k: chain_keys(k, settings.num_chains))(keys)
-  return program(
-    params_stack, None if sampler is not None else data, chain_keys_, param_mask, star_losses
+  flat_keys = jax.vmap(lambda k: chain_keys(k, c))(keys).reshape(num_points * c, *keys.shape[1:])
+  points = jnp.repeat(jnp.arange(num_points), c)
+  traces = program(
+    params_stack,
+    None if sampler is not None else data,
+    flat_keys,
+    points,
+    param_mask,
+    star_losses,
   )
+  return jax.tree.map(lambda a: a.reshape(num_points, c, *a.shape[1:]), traces)
 
 
 def resolve_data(settings: SGLDSettings, data) -> tuple[SGLDSettings, Callable | None]:
@@ -597,34 +602,31 @@ def _program(
 
 
 @functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
-def _points_program(
-  loss_fn, settings: SGLDSettings, masked: bool, layout, point_axis: bool, sampler, per_sample
-):
-  """:func:`sample_points`' program, cached like :func:`_program`."""
+def _points_program(loss_fn, settings: SGLDSettings, masked: bool, layout, sampler, per_sample):
+  """:func:`sample_points`' program, cached like :func:`_program`: one ``vmap`` over the ``B ×
+  num_chains`` chains, each gathering its point's ``w*`` (and per-sample losses) by index. One flat
+  axis compiles in about half the time of a ``vmap`` over points of a ``vmap`` over chains, and
+  runs the same chains bit for bit."""
 
-  def run(params_stack, data, keys, param_mask, star_losses):
-    def point(params_star, point_keys, point_star_losses):
-      chain = lambda k: sample_chain(
+  def run(params_stack, data, keys, points, param_mask, star_losses):
+    def chain(key, point):
+      return sample_chain(
         loss_fn,
-        params_star,
+        jax.tree.map(lambda a: a[point], params_stack),
         data if sampler is None else sampler,
-        k,
+        key,
         settings.num_steps,
         settings,
         param_mask if masked else None,
-        star_losses=point_star_losses if per_sample else None,
+        star_losses=star_losses[point] if per_sample else None,
       )
-      return jax.vmap(chain)(point_keys)
 
-    return jax.vmap(point)(params_stack, keys, star_losses if per_sample else None)
+    return jax.vmap(chain)(keys, points)
 
   if layout is None:
     return jax.jit(run)
   rep = sharding_lib.replicated(layout)
-  if point_axis:  # params, keys, w* losses and outputs split along the points
-    return jax.jit(run, in_shardings=(layout, rep, layout, rep, layout), out_shardings=layout)
-  chains = sharding_lib.along(layout, 1)
-  return jax.jit(run, in_shardings=(rep, rep, chains, rep, rep), out_shardings=chains)
+  return jax.jit(run, in_shardings=(rep, rep, layout, layout, rep, rep), out_shardings=layout)
 
 
 def jit_over_chains(run: Callable, layout, chain_axis: int = 0, num_args: int = 5):
