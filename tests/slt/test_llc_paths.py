@@ -181,3 +181,24 @@ def test_batch_refuses_bad_input():
     llc_lib.estimate_llc_batch(
       _loss, _stack([w_star] * 3), data, key=jax.random.split(jax.random.key(0), 2), **kwargs
     )
+
+
+def test_chains_on_cpu_threads_are_the_chains_of_one_program():
+  import mechjax
+
+  if mechjax.usable_cpu_cores() < 2 or len(jax.devices()) != 1:
+    pytest.skip("needs one JAX device and at least two cores")
+  assert sgld.cpu_thread_groups(4) > 1 and sgld.cpu_thread_groups(4, shard=False) == 1
+  assert sgld.cpu_thread_groups(3) in (1, 3)  # equal groups only
+  data, w_star = _regression()
+  s = sgld.SGLDSettings(num_chains=4, num_draws=30, **SETTINGS)
+  one = sgld.sample_chains(_loss, w_star, data, jax.random.key(7), s, shard=False)
+  threads = sgld.sample_chains(_loss, w_star, data, jax.random.key(7), s)
+  for name in ("loss", "loss_at_star", "acceptance"):
+    np.testing.assert_array_equal(np.asarray(one[name]), np.asarray(threads[name]))
+  stack = _stack([w_star, {"w": w_star["w"] + 0.1}])
+  keys = jax.random.split(jax.random.key(8), 2)
+  one = sgld.sample_points(_loss, stack, data, keys, s, shard=False)
+  threads = sgld.sample_points(_loss, stack, data, keys, s)
+  assert threads["loss"].shape == (2, 4, 30)
+  np.testing.assert_array_equal(np.asarray(one["loss"]), np.asarray(threads["loss"]))
