@@ -424,8 +424,8 @@ def sample_chains(
   each device runs its share of the chains. On a CPU, :func:`mechjax.use_all_cpu_cores` before
   JAX starts makes every core a device: with 2 cores the sampler runs about 1.5× faster than on
   one device. Without it, on one CPU device, the chains are split into groups called from one
-  thread per core (:func:`cpu_thread_groups`), which gains about as much. The draws depend on the key and on the number of devices (the partitioned matmuls
-  round differently), on nothing else.
+  thread per core (:func:`cpu_thread_groups`), which gains about as much. The draws depend on the
+  key and on the number of devices (the partitioned matmuls round differently), on nothing else.
 
   Args:
     loss_fn: ``loss_fn(params, batch) -> scalar``, the mean loss of a minibatch.
