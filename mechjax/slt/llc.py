@@ -83,6 +83,27 @@ def init_loss(loss_fn: Callable, params, data, key: jax.Array, batch_size: int) 
 
 
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _star_check(loss_fn, batch_size: int):
+  """One program for :func:`star_loss_path`: every sample's loss at ``w*``
+  (:func:`mechjax.slt.sgld.per_sample_star_losses`), and on two batches drawn from ``key`` the
+  batch's loss next to the mean of its samples' losses."""
+
+  @jax.jit
+  def run(params, data, key):
+    star = sgld._per_sample_program(loss_fn, 256)(params, data)
+    n = jax.tree.leaves(data)[0].shape[0]
+
+    def check(k):
+      idx = jax.random.randint(k, (batch_size,), 0, n)
+      return loss_fn(params, jax.tree.map(lambda a: a[idx], data)), jnp.mean(star[idx])
+
+    batch_losses, mean_losses = jax.lax.map(check, jax.random.split(key, 2))
+    return star, batch_losses, mean_losses
+
+  return run
+
+
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
 def _jitted(loss_fn):
   return jax.jit(loss_fn)
 
@@ -151,20 +172,18 @@ def star_loss_path(
   draws = settings.num_chains * settings.num_steps * settings.batch_size
   if asked == "auto" and n > draws:
     return refuse(f"the data's {n} samples exceed the {draws} the chains draw")
+  check_key = rng.fold(key, "star-loss-check")
   try:
-    star = sgld.per_sample_star_losses(loss_fn, params, data)
+    star, batch_losses, mean_losses = _star_check(loss_fn, settings.batch_size)(
+      params, data, check_key
+    )
   except Exception as e:  # noqa: BLE001 - any failure of the one-sample evaluation means fall back
     return refuse(f"the loss cannot be evaluated one sample at a time ({type(e).__name__}: {e})")
-  star = jnp.asarray(star)
   if star.shape != (n,):
     return refuse(f"the loss of one sample has shape {star.shape[1:]}, not a scalar")
-  check_key = rng.fold(key, "star-loss-check")
-  for k in jax.random.split(check_key, 2):
-    idx = jax.random.randint(k, (settings.batch_size,), 0, n)
-    batch_loss = float(_jitted(loss_fn)(params, jax.tree.map(lambda a: a[idx], data)))
-    mean_loss = float(jnp.mean(star[idx]))
-    tol = 1000 * float(jnp.finfo(star.dtype).eps) * max(1.0, abs(batch_loss))
-    if not abs(batch_loss - mean_loss) <= tol:
+  for batch_loss, mean_loss in zip(np.asarray(batch_losses), np.asarray(mean_losses)):
+    tol = 1000 * float(jnp.finfo(star.dtype).eps) * max(1.0, abs(float(batch_loss)))
+    if not abs(float(batch_loss) - float(mean_loss)) <= tol:
       return refuse(
         "the loss of a batch is not the mean of its samples' losses "
         f"({batch_loss:.8g} vs {mean_loss:.8g})"
