@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,8 @@ import time
 import numpy as np
 from absl import app
 from absl import flags
+
+from benchmarks import timing
 
 flags.DEFINE_integer("draws", 500, "SGLD draws per chain, after burn-in.")
 flags.DEFINE_integer("burnin", 100, "SGLD burn-in steps per chain.")
@@ -217,27 +218,13 @@ def run_devinterp(inputs) -> dict:
 
 
 def child(side: str, path: str) -> tuple[float, dict]:
-  cmd = [
-    sys.executable,
-    "-m",
+  return timing.run_worker(
     "benchmarks.llc_batch",
     f"--worker={side}",
     f"--inputs={path}",
     f"--draws={FLAGS.draws}",
     f"--burnin={FLAGS.burnin}",
-  ]
-  env = {
-    **os.environ,
-    "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    "TQDM_DISABLE": "1",
-    "PYTHONWARNINGS": "ignore",
-  }
-  t0 = time.perf_counter()
-  done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-  wall = time.perf_counter() - t0
-  if done.returncode != 0:
-    raise RuntimeError(f"the {side} worker failed:\n{done.stderr[-3000:]}")
-  return wall, json.loads([ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1])
+  )
 
 
 def main(argv):

@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 from absl import app
 from absl import flags
+
+from benchmarks import timing
 
 VOCAB, EMBED, HIDDEN, SEQ, NUM_SEQUENCES = 64, 64, 256, 17, 2048
 SETTINGS = dict(step_size=1e-4, nbeta=10.0, localization=100.0, batch_size=32)
@@ -282,27 +282,12 @@ def matmul_peak_gflops(size: int = 1024, repeats: int = 20) -> float:
 
 
 def child(tool: str, inputs_path: str, workload: str) -> tuple[float, dict]:
-  cmd = [
-    sys.executable,
-    "-m",
+  return timing.run_worker(
     "benchmarks.llc_vs_devinterp",
     f"--worker={tool}",
     f"--inputs={inputs_path}",
     f"--workload={workload}",
-  ]
-  env = {
-    **os.environ,
-    "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    "TQDM_DISABLE": "1",
-    "PYTHONWARNINGS": "ignore",
-  }
-  t0 = time.perf_counter()
-  done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-  wall = time.perf_counter() - t0
-  if done.returncode != 0:
-    raise RuntimeError(f"the {tool} worker failed on {workload}:\n{done.stderr[-3000:]}")
-  line = [ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1]
-  return wall, json.loads(line)
+  )
 
 
 def main(argv):
