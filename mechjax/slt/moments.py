@@ -102,5 +102,14 @@ class StreamedMoments:
     return moments_init(phi.shape[0], dloss.shape[0], phi.dtype)
 
   def update(self, mom: Moments, w, step: jax.Array, data) -> Moments:
-    phi, dloss = self.observe(w, data)
-    return moments_update(mom, phi, dloss, (step >= self.start).astype(phi.dtype))
+    """Adds the draw ``w`` of step ``step`` when ``step ≥ start``. ``observe`` runs only then: the
+    predicate is the scan's step, the same for every vmapped chain, so it stays a ``lax.cond`` and
+    burn-in steps cost no observation."""
+
+    def add(mom):
+      phi, dloss = self.observe(w, data)
+      return moments_update(mom, phi.astype(mom.mean_phi.dtype), dloss.astype(mom.mean_dloss.dtype))
+
+    if self.start <= 0:
+      return add(mom)
+    return jax.lax.cond(step >= self.start, add, lambda mom: mom, mom)

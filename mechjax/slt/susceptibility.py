@@ -164,6 +164,7 @@ def estimate_susceptibilities(
   localization: float | None = None,
   batch_size: int | None = None,
   eval_size: int = 1024,
+  eval_data: Any = None,
   observable: Callable | None = None,
   observable_data: Any = None,
   settings: sgld.SGLDSettings | None = None,
@@ -177,8 +178,8 @@ def estimate_susceptibilities(
   probes are the per-sample (or per-token) losses ``ℓ_i`` on ``probes``, and the shift toward probe
   ``i`` changes the training loss by ``ΔL_i(w) = ℓ_i(w) − L(w)``. ``L`` is the mean loss on a fixed
   evaluation subset of ``data`` (all of it when ``n ≤ eval_size``, else ``eval_size`` samples drawn
-  without replacement from the key's stream ``"eval-subset"``): a deterministic function of ``w``,
-  so that no minibatch noise is shared by ``φ`` and ``ΔL``.
+  without replacement from the key's stream ``"eval-subset"``; or the ``eval_data`` given): a
+  deterministic function of ``w``, so that no minibatch noise is shared by ``φ`` and ``ΔL``.
 
   The moments of ``(φ_C, ΔL)`` are streamed inside the scan (memory ``C × M`` per chain, whatever
   ``num_draws``), and the components run in one program, vmapped over their masks. With several
@@ -198,6 +199,9 @@ def estimate_susceptibilities(
     key: every random choice derives from it.
     components: ``{name: mask}``; default ``{"all": None}``.
     eval_size: the size of the fixed evaluation subset that defines ``L``.
+    eval_data: the fixed batch that defines ``L`` instead (a pytree in ``data``'s format, e.g. the
+      same sequences another tool evaluates its sampling-task loss on); ``eval_size`` is then not
+      used.
     observable: optional ``observable(params, observable_data) -> (K − 1,)``: more observables whose
       susceptibilities are wanted (e.g. a probe-set loss that measures a behaviour), streamed beside
       the loss change. Pass the same function on every call.
@@ -231,8 +235,20 @@ def estimate_susceptibilities(
     masks.append(
       ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params)
     )
+  # Components whose masks share a support (the leaves they can move) share a branch of the
+  # program, whose backward pass skips what none of those leaves needs (sgld.mask_support).
+  supports = [
+    sgld.mask_support(params, m) or tuple(sgld.is_float_leaf(a) for a in jax.tree.leaves(params))
+    for m in masks
+  ]
+  if sgld.chain_loop(s) == "vmap":  # a branch per component would run every branch: one union
+    supports = [tuple(map(any, zip(*supports)))] * len(supports)
+  distinct = tuple(dict.fromkeys(supports))
+  branch = jnp.asarray([distinct.index(x) for x in supports], jnp.int32)
   masks = jax.tree.map(lambda *m: jnp.stack(m), *masks)
-  if sampler is not None:
+  if eval_data is not None:
+    _check_batch("eval_data", eval_data, data if sampler is None else None)
+  elif sampler is not None:
     eval_data = draw_samples(sampler, rng.fold(key, "eval-subset"), eval_size)
   elif jax.tree.leaves(data)[0].shape[0] > eval_size:
     n = jax.tree.leaves(data)[0].shape[0]
@@ -248,14 +264,27 @@ def estimate_susceptibilities(
     "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data)),
   }
   layout = sharding_lib.leading_axis(s.num_chains, "chains")
-  program = _components_program(per_sample_loss, s, observable, layout, sampler)
+  groups = 1 if layout is not None else sgld.cpu_thread_groups(s.num_chains)
+  program = _components_program(
+    per_sample_loss,
+    dataclasses.replace(s, num_chains=s.num_chains // groups),
+    observable,
+    layout,
+    sampler,
+    distinct,
+  )
+  keys, per = sgld.chain_keys(key, s.num_chains), s.num_chains // groups
   mom = jax.device_get(
-    program(
-      params,
-      None if sampler is not None else data,
-      sgld.chain_keys(key, s.num_chains),
-      masks,
-      observe_data,
+    sgld._in_groups(
+      lambda g: program(
+        params,
+        None if sampler is not None else data,
+        keys[g * per : (g + 1) * per],
+        (masks, branch),
+        observe_data,
+      ),
+      groups,
+      axis=1,
     )
   )
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
@@ -283,6 +312,23 @@ def estimate_susceptibilities(
       jnp.reshape(per_sample_loss(params, probes), (-1,)) - observe_data["eval_loss_star"]
     ),
   )
+
+
+def _check_batch(name: str, batch, data) -> None:
+  """``batch`` must be arrays with one sample axis, in ``data``'s pytree structure when ``data`` is
+  given."""
+  leaves = jax.tree.leaves(batch)
+  if not leaves or any(not hasattr(a, "shape") or np.ndim(a) < 1 for a in leaves):
+    raise ValueError(f"{name} must be a pytree of arrays with the samples first")
+  if len({a.shape[0] for a in leaves}) != 1:
+    raise ValueError(
+      f"{name}'s leaves must share their first (sample) axis; got {[a.shape for a in leaves]}"
+    )
+  if data is not None and jax.tree.structure(batch) != jax.tree.structure(data):
+    raise ValueError(
+      f"{name} must have data's structure {jax.tree.structure(data)}; got "
+      f"{jax.tree.structure(batch)}"
+    )
 
 
 def llc_response(result: SusceptibilityResult) -> dict[str, np.ndarray]:
@@ -360,23 +406,44 @@ def draw_samples(sample_batch: Callable, key: jax.Array, num: int):
 
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
 def _components_program(
-  per_sample_loss, settings: sgld.SGLDSettings, observable, layout, sampler=None
+  per_sample_loss, settings: sgld.SGLDSettings, observable, layout, sampler=None, supports=(None,)
 ):
+  """Every component's chains in one program. ``supports`` are the distinct supports of the
+  components' masks (:func:`mechjax.slt.sgld.mask_support`); the masks come with the index of
+  their support, and each support is a branch (``lax.switch``) with its own pruned backward
+  pass."""
   loss_fn = sgld.MeanLoss(per_sample_loss)
   accumulator = StreamedMoments(
     _ComponentObserve(per_sample_loss, observable), start=settings.num_burnin
   )
 
-  def run(params, data, keys, masks, observe_data):
+  def run(params, data, keys, masks_and_branch, observe_data):
     source = data if sampler is None else sampler
+    how = sgld.chain_loop(settings)
 
-    def component(mask):
+    def chains(support, mask):
       chain = lambda k: sgld.sample_chain(
-        loss_fn, params, source, k, settings.num_steps, settings, mask, accumulator, observe_data
+        loss_fn,
+        params,
+        source,
+        k,
+        settings.num_steps,
+        settings,
+        mask,
+        accumulator,
+        observe_data,
+        loss_at_star=False,
+        support=support,
       )["accumulated"]
-      return jax.vmap(chain)(keys)
+      return sgld.over_chains(chain, how, keys)
 
-    return jax.vmap(component)(masks)
+    def component(mask, branch):
+      if len(supports) == 1:
+        return chains(supports[0], mask)
+      branches = [functools.partial(chains, support) for support in supports]
+      return jax.lax.switch(branch, branches, mask)
+
+    return sgld.over_chains(component, how, *masks_and_branch)
 
   return sgld.jit_over_chains(run, layout, chain_axis=1)  # outputs are (components, chains, ...)
 

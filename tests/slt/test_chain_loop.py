@@ -1,0 +1,127 @@
+"""How the chains of one device run (vmap or lax.map), leaves held fixed by a mask's support, and
+the susceptibility program's branches: each gives the draws of the plain computation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mechjax.slt import sgld
+from mechjax.slt import susceptibility as sus
+
+D, N = 4, 2000
+
+
+def _regression(key=jax.random.key(0)):
+  k_x, k_w, k_e = jax.random.split(key, 3)
+  x = jax.random.normal(k_x, (N, D))
+  y = x @ jax.random.normal(k_w, (D,)) + 0.5 + 0.5 * jax.random.normal(k_e, (N,))
+  w = jnp.linalg.lstsq(jnp.c_[x, jnp.ones(N)], y)[0]
+  return {"x": x, "y": y}, {"w": w[:D], "b": w[D:]}
+
+
+def _per_sample(params, batch):
+  return 0.5 * (batch["x"] @ params["w"] + params["b"][0] - batch["y"]) ** 2
+
+
+def _loss(params, batch):
+  return jnp.mean(_per_sample(params, batch))
+
+
+SETTINGS = dict(step_size=1e-4, nbeta=sgld.default_nbeta(N), localization=1.0, batch_size=64)
+
+
+def test_map_and_vmap_run_the_same_chains():
+  data, w_star = _regression()
+  run = lambda how: sgld.sample_chains(  # noqa: E731
+    _loss,
+    w_star,
+    data,
+    jax.random.key(3),
+    sgld.SGLDSettings(num_chains=4, num_draws=40, chain_loop=how, **SETTINGS),
+  )
+  mapped, vmapped = run("map"), run("vmap")
+  assert mapped["loss"].shape == (4, 40)
+  for name in ("loss", "loss_at_star", "distance", "noise_norm"):
+    np.testing.assert_allclose(mapped[name], vmapped[name], rtol=1e-5, err_msg=name)
+  # The chains differ from one another: the loop did not repeat one chain.
+  assert np.all(np.std(np.asarray(mapped["loss"])[:, -1]) > 0)
+  assert sgld.chain_loop(sgld.SGLDSettings(**SETTINGS)) == (
+    "map" if jax.default_backend() == "cpu" else "vmap"
+  )
+  with pytest.raises(ValueError, match="chain_loop"):
+    sgld.SGLDSettings(chain_loop="scan", **SETTINGS)
+
+
+def test_leaves_outside_the_support_are_held_fixed_with_the_same_draws():
+  """A mask that is all zero on a leaf: the pruned chain (no gradient or noise for that leaf) and
+  the plain masked chain draw the same noise for the free leaf and give the same trajectory."""
+  data, w_star = _regression()
+  mask = {"w": jnp.ones(D), "b": jnp.zeros(1)}
+  support = sgld.mask_support(w_star, mask)
+  assert support == (False, True)  # leaves in key order: b, w
+  s = sgld.SGLDSettings(num_chains=1, num_draws=50, **SETTINGS)
+
+  def chain(pruned):
+    return jax.jit(
+      lambda m: sgld.sample_chain(
+        _loss, w_star, data, jax.random.key(4), 50, s, m, support=support if pruned else None
+      )
+    )(mask)
+
+  plain, pruned = chain(False), chain(True)
+  for name in ("loss", "distance", "noise_norm", "drift_norm"):
+    np.testing.assert_allclose(pruned[name], plain[name], rtol=1e-5, err_msg=name)
+  # Inside a jit the mask is traced: nothing can be pruned at trace time.
+  assert jax.jit(lambda m: jnp.asarray(sgld.mask_support(w_star, m) is None))(mask)
+  assert sgld.mask_support(w_star, None) is None
+  with pytest.raises(ValueError, match="leaves"):
+    sgld.mask_support(w_star, {"w": jnp.ones(D)})
+
+
+def test_components_with_different_supports_equal_each_component_alone():
+  """The susceptibility program runs components of different supports as branches of one program;
+  each equals the same component estimated on its own (same key, same chains)."""
+  data, w_star = _regression()
+  probes = jax.tree.map(lambda a: a[:5], data)
+  components = {
+    "all": None,
+    "w": {"w": jnp.ones(D), "b": jnp.zeros(1)},
+    "b": {"w": jnp.zeros(D), "b": jnp.ones(1)},
+  }
+  kw = dict(key=jax.random.key(5), num_chains=2, num_draws=30, eval_size=256, **SETTINGS)
+  together = sus.estimate_susceptibilities(
+    _per_sample, w_star, data, probes, components=components, **kw
+  )
+  assert together.chi.shape == (3, 1, 5)
+  for i, (name, mask) in enumerate(components.items()):
+    alone = sus.estimate_susceptibilities(
+      _per_sample, w_star, data, probes, components={name: mask}, **kw
+    )
+    np.testing.assert_allclose(together.chi[i], alone.chi[0], rtol=1e-4, atol=1e-7, err_msg=name)
+    np.testing.assert_allclose(together.llc[i], alone.llc[0], rtol=1e-4, err_msg=name)
+  assert len({round(float(v), 6) for v in together.llc}) == 3
+
+
+def test_eval_data_defines_the_loss_of_the_observable():
+  data, w_star = _regression()
+  probes = jax.tree.map(lambda a: a[:4], data)
+  kw = dict(key=jax.random.key(6), num_chains=2, num_draws=20, **SETTINGS)
+  subset = jax.tree.map(lambda a: a[100:356], data)
+  default = sus.estimate_susceptibilities(_per_sample, w_star, subset, probes, eval_size=256, **kw)
+  given = sus.estimate_susceptibilities(
+    _per_sample, w_star, subset, probes, eval_data=subset, eval_size=1, **kw
+  )
+  np.testing.assert_array_equal(given.chi, default.chi)  # all of the data: the same L
+  other = sus.estimate_susceptibilities(
+    _per_sample, w_star, subset, probes, eval_data=jax.tree.map(lambda a: a[:32], data), **kw
+  )
+  assert not np.array_equal(other.chi, default.chi)
+  with pytest.raises(ValueError, match="eval_data must have data's structure"):
+    sus.estimate_susceptibilities(
+      _per_sample, w_star, subset, probes, eval_data={"x": data["x"][:8]}, **kw
+    )
+  with pytest.raises(ValueError, match="share their first"):
+    sus.estimate_susceptibilities(
+      _per_sample, w_star, subset, probes, eval_data={"x": data["x"][:8], "y": data["y"][:7]}, **kw
+    )
