@@ -355,25 +355,40 @@ def slice_similarity(a, b, *, symmetrize: bool = True) -> jax.Array:
 
 
 def similarity_matrix(
-  networks: Sequence[bl.Network], *, symmetrize: bool = True, slice_index: int | None = None
+  networks: Sequence[bl.Network],
+  *,
+  measure: str = "frobenius",
+  symmetrize: bool = True,
+  slice_index: int | None = None,
+  constant: bool = False,
 ) -> np.ndarray:
   """Tensor similarity between every pair of ``networks`` (each Gram computed once), ``(K, K)``.
 
   With ``slice_index`` the entries compare that output slice only. The networks must share one
   structure (layer kinds and shapes), as checkpoints of one run do; the pairs are one vmapped
-  program.
+  program. With ``measure="gaussian"`` each network's terms (and, on that path, its quadratic
+  forms) are computed once for all ``K²`` pairs, as :func:`tensor_similarity` computes them for one.
 
   Args:
     networks: ``K ≥ 1`` networks in the weight format of :mod:`mechjax.models.bilinear`, all of one
       structure.
+    measure: ``"frobenius"`` or ``"gaussian"`` (one bilinear layer), as in
+      :func:`tensor_similarity`.
     symmetrize: use the node-wise symmetrised tensor (average each bilinear node with its
-      ``L ↔ R`` swap); False uses the raw, unsymmetrised tensor.
+      ``L ↔ R`` swap); False uses the raw, unsymmetrised tensor. Used by ``"frobenius"`` only.
     slice_index: an output index ``k``: compare only the slices ``T[k]``; None compares the whole
-      tensors.
+      tensors. ``"frobenius"`` only.
+    constant: as in :func:`tensor_similarity`; ``"gaussian"`` only.
 
   Returns:
     A symmetric ``(K, K)`` float64 numpy array of cosine similarities (ones on the diagonal).
   """
+  if measure not in MEASURES:
+    raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
+  if measure == "gaussian" and slice_index is not None:
+    raise ValueError(
+      "slice_index is for measure='frobenius'; the Gaussian matrix compares whole networks"
+    )
   nets = [bl.validate(n) for n in networks]
   if not nets:
     raise ValueError("similarity_matrix needs at least one network")
@@ -386,6 +401,10 @@ def similarity_matrix(
       f"layers {shapes[odd]}, network 0 has {shapes[0]}. Compare differing networks pairwise with "
       "tensor_similarity"
     )
+  if measure == "gaussian":
+    folded = [fold_single_bilinear(n) for n in nets]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *folded)
+    return np.asarray(_gaussian_matrix(stacked, bool(constant)), np.float64)
   stacked = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *nets)
   k = len(nets)
   ii, jj = np.triu_indices(k)
@@ -404,6 +423,31 @@ def similarity_matrix(
       / np.sqrt(np.abs(np.outer(d_val, d_val)))
       * np.exp(logs - 0.5 * (d_log[:, None] + d_log[None, :]))
     )
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _gaussian_matrix(stacked, constant):
+  """``E⟨f_a, f_b⟩`` normalised, for every pair of the ``K`` folded networks in ``stacked``: each
+  network's parts once, then either the ``K × K`` products of the flattened quadratic forms or the
+  hidden-unit contraction of each of the ``K(K+1)/2`` pairs, whichever costs fewer operations."""
+  parts = jax.vmap(lambda f: _gaussian_parts(f, constant))(stacked)
+  lx, rx, d, c, b, t = parts
+  k, h, n = lx.shape
+  o = d.shape[1]
+  pairs = k * (k + 1) // 2
+  if _use_quadratic_forms(h, n, o, pairs=pairs, networks=k):
+    q = jax.vmap(_quadratic_forms)(lx, rx, d).reshape(k, -1)
+    quad = 2.0 * (q @ q.T)
+  else:
+    ii, jj = np.triu_indices(k)
+    upper = jax.vmap(lambda i, j: _sym_frobenius_single(lx[i], rx[i], d[i], lx[j], rx[j], d[j]))(
+      jnp.asarray(ii), jnp.asarray(jj)
+    )
+    quad = jnp.zeros((k, k), lx.dtype).at[ii, jj].set(2.0 * upper).at[jj, ii].set(2.0 * upper)
+  bf = b.reshape(k, -1)
+  e = quad + t @ t.T + bf @ bf.T + c @ c.T + c @ t.T + t @ c.T
+  diag = jnp.diag(e)
+  return e / jnp.sqrt(jnp.abs(jnp.outer(diag, diag)))
 
 
 @functools.lru_cache(maxsize=32)

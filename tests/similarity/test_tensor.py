@@ -226,3 +226,25 @@ def test_similarity_matrix_compiles_once_per_architecture():
   again = ts.similarity_matrix([_single(rng, 4, 6, 2) for _ in range(5)])
   assert program._cache_size() == size  # the same shapes reuse the compiled program
   assert first.shape == again.shape == (5, 5) and not np.allclose(first, again)
+
+
+@pytest.mark.parametrize("hidden, inputs", [(16, 4), (5, 20)])  # the quadratic forms; hidden units
+def test_gaussian_similarity_matrix_equals_the_pairwise_similarity(hidden, inputs):
+  rng = np.random.default_rng(7)
+  nets = [[th._rand_bilinear(rng, hidden, inputs, 3), th._rand_linear(rng, 2, 3)] for _ in range(4)]
+  uses_forms = ts._use_quadratic_forms(hidden, inputs, 2, pairs=10, networks=4)
+  assert uses_forms == (hidden > inputs)  # both contraction paths are covered
+  with jax.enable_x64(True):
+    for constant in (False, True):
+      got = ts.similarity_matrix(nets, measure="gaussian", constant=constant)
+      want = [
+        [float(ts.tensor_similarity(a, b, measure="gaussian", constant=constant)) for b in nets]
+        for a in nets
+      ]
+      np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+      assert got.shape == (4, 4) and np.allclose(np.diag(got), 1.0)
+      assert not np.allclose(got, np.eye(4))
+  with pytest.raises(ValueError, match="measure must be one of"):
+    ts.similarity_matrix(nets, measure="cosine")
+  with pytest.raises(ValueError, match="slice_index is for measure='frobenius'"):
+    ts.similarity_matrix(nets, measure="gaussian", slice_index=0)
