@@ -39,6 +39,14 @@ flags.DEFINE_list(
 flags.DEFINE_float("max_gib", 8.0, "Memory allowed for the brute-force side.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions; the best is kept.")
 flags.DEFINE_bool("gaussian", True, "Also time the depth-1 Gaussian similarity and the matrix.")
+flags.DEFINE_string(
+  "reference",
+  None,
+  "A checkout of tdooms/tensor-similarity (the folder holding src/): time the matched quantities "
+  "side by side with it, each tool in its own process, instead of the sections above.",
+)
+flags.DEFINE_enum("worker", None, ["mechjax", "reference"], "Internal: one side of --reference.")
+flags.DEFINE_string("out", None, "Internal: where a --reference worker writes its values.")
 flags.register_validator(
   "widths",
   lambda v: bool(v) and all(s.isdigit() and int(s) >= 2 for s in v),
@@ -124,8 +132,169 @@ def gaussian_section(rng):
   )
 
 
+# ----------------------------------------------------------------------------------------------
+# Side by side with the reference implementation (--reference).
+MATRIX_K, MATRIX_SHAPE = 16, (64, 64)
+MEASURE_NAMES = {"gaussian": "Gaussian", "frobenius": "Frobenius, unsymmetrised"}
+
+
+def reference_networks(dtype) -> dict:
+  """The same random networks for both sides: a pair per grid cell and the matrix's 16."""
+  rng = np.random.default_rng(1)
+
+  def net(d, h):  # NumPy: the reference's process need not start JAX
+    return [
+      {
+        "left": (rng.normal(size=(h, d)) / np.sqrt(d)).astype(dtype),
+        "right": (rng.normal(size=(h, d)) / np.sqrt(d)).astype(dtype),
+        "out": (rng.normal(size=(OUTPUTS, h)) / np.sqrt(h)).astype(dtype),
+      }
+    ]
+
+  nets = {(d, h): [net(d, h), net(d, h)] for d, h in GAUSSIAN_GRID}
+  nets["matrix"] = [net(*MATRIX_SHAPE) for _ in range(MATRIX_K)]
+  return nets
+
+
+def mechjax_side(dtype) -> dict:
+  """Warm times (best of --repeats after one call) and values of mechjax's matched quantities."""
+  out = {}
+  nets = {
+    k: [jax.tree.map(jnp.asarray, n) for n in v] for k, v in reference_networks(dtype).items()
+  }
+  calls = {
+    "gaussian": lambda a, b: ts.tensor_similarity(a, b, measure="gaussian"),
+    "frobenius": lambda a, b: ts.tensor_similarity(a, b, symmetrize=False),
+  }
+  for d, h in GAUSSIAN_GRID:
+    a, b = nets[(d, h)]
+    for measure, call in calls.items():
+      t = best_time(lambda: call(a, b), FLAGS.repeats)
+      out[f"{measure}/{d}/{h}"] = (t, float(call(a, b)))
+  for measure in calls:
+    kw = {"measure": "gaussian"} if measure == "gaussian" else {"symmetrize": False}
+    first = time.perf_counter()
+    m = ts.similarity_matrix(nets["matrix"], **kw)
+    first = time.perf_counter() - first
+    t = best_time(lambda: ts.similarity_matrix(nets["matrix"], **kw), FLAGS.repeats)
+    out[f"{measure}/matrix"] = (t, m.tolist(), first)
+  return out
+
+
+def reference_side(dtype) -> dict:
+  """The same for the reference, its models built outside the timing; a slow cell (over 5 s a
+  call) is timed once after its warm-up."""
+  import torch
+
+  from benchmarks import tensor_reference as ref
+
+  ref.load(FLAGS.reference)
+  torch.set_grad_enabled(False)
+  nets = reference_networks(dtype)
+  name = np.dtype(dtype).name
+  out = {"precompile_s": 0.0}
+  for key in [*GAUSSIAN_GRID, "matrix"]:
+    models = [ref.model(n, name) for n in nets[key]]
+    out["precompile_s"] += ref.precompile(models)
+    for measure in ("gaussian", "frobenius"):
+      if key == "matrix":
+        call = lambda: ref.matrix(models, measure)
+      else:
+        call = lambda: ref.similarity(models[0], models[1], measure)
+      t0 = time.perf_counter()
+      value = call()
+      first = time.perf_counter() - t0
+      repeats = 1 if first > 5 else FLAGS.repeats
+      best = min(_timed(call) for _ in range(repeats))
+      label = "matrix" if key == "matrix" else f"{key[0]}/{key[1]}"
+      out[f"{measure}/{label}"] = (best, value.tolist() if key == "matrix" else value, first)
+  return out
+
+
+def _timed(call) -> float:
+  t = time.perf_counter()
+  call()
+  return time.perf_counter() - t
+
+
+def reference_comparison():
+  """Both sides in their own processes, float32 then float64; the parent prints the table."""
+  import json
+  import os
+  import tempfile
+
+  from benchmarks import timing
+
+  results = {}
+  with tempfile.TemporaryDirectory() as tmp:
+    for side in ("mechjax", "reference"):
+      out = os.path.join(tmp, side + ".json")
+      wall, info = timing.run_worker(
+        "benchmarks.tensor_similarity",
+        f"--worker={side}",
+        f"--out={out}",
+        f"--repeats={FLAGS.repeats}",
+        f"--reference={FLAGS.reference}",
+      )
+      with open(out) as f:
+        results[side] = json.load(f)
+      results[side]["wall_s"], results[side]["peak_rss_mib"] = wall, info["peak_rss_mib"]
+  ours, theirs = results["mechjax"], results["reference"]
+  print(
+    f"tensor similarity against the reference (tdooms/tensor-similarity at {FLAGS.reference}), "
+    f"depth 1, in → hidden → {OUTPUTS}; warm times, best of {FLAGS.repeats} (the reference's "
+    "calls over 5 s: once after a warm-up); each tool in its own process"
+  )
+  print(
+    f"{'dtype':>8s} {'measure':>25s} {'in':>5s} {'hidden':>7s} {'mechjax (s)':>12s} "
+    f"{'reference (s)':>14s} {'speed-up':>9s} {'rel. diff':>10s}"
+  )
+  speedups = []
+  for dtype in ("float32", "float64"):
+    for measure in ("gaussian", "frobenius"):
+      for d, h in [*GAUSSIAN_GRID, ("matrix", "")]:
+        key = f"{measure}/{d}/{h}" if h != "" else f"{measure}/matrix"
+        t_m, v_m = ours[dtype][key][:2]
+        t_r, v_r = theirs[dtype][key][:2]
+        v_m, v_r = np.asarray(v_m), np.asarray(v_r)
+        rel = float(np.max(np.abs(v_m - v_r) / np.maximum(np.abs(v_r), 1e-300)))
+        speedups.append(t_r / t_m)
+        cell = (f"{d:>5d} {h:>7d}") if h != "" else f"{MATRIX_K}×{MATRIX_K} {MATRIX_SHAPE}"
+        print(
+          f"{dtype:>8s} {MEASURE_NAMES[measure]:>25s} {cell:>13s} {t_m:12.2e} {t_r:14.2e} "
+          f"{t_r / t_m:8.1f}x {rel:10.1e}"
+        )
+  print(
+    f"\nspeed-up over every cell: smallest {min(speedups):.1f}x, geometric mean "
+    f"{np.exp(np.mean(np.log(speedups))):.1f}x; the reference's path search (precompile) took "
+    f"{theirs['float32']['precompile_s'] + theirs['float64']['precompile_s']:.2f} s in all "
+    "(untimed above)"
+  )
+  for side, r in (("mechjax", ours), ("reference", theirs)):
+    print(
+      f"{side}: whole process {r['wall_s']:.1f} s, peak resident memory {r['peak_rss_mib']:.0f} MiB"
+    )
+
+
+def reference_worker():
+  import json
+
+  jax.config.update("jax_enable_x64", True)  # float64 rows; float32 inputs stay float32
+  side = mechjax_side if FLAGS.worker == "mechjax" else reference_side
+  out = {np.dtype(dt).name: side(dt) for dt in (np.float32, np.float64)}
+  with open(FLAGS.out, "w") as f:
+    json.dump(out, f)
+  print(json.dumps({"done": True}))
+
+
 def main(argv):
   del argv
+  if FLAGS.worker:
+    reference_worker()
+    return
+  if FLAGS.reference:
+    reference_comparison()
+    return
   rng = np.random.default_rng(0)
   recursion = jax.jit(lambda a, b: ts.tensor_inner(a, b))
   brute = jax.jit(lambda a, b: ts.brute_force_inner(a, b))

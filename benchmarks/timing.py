@@ -16,13 +16,32 @@ def best_time(fn, repeats: int) -> float:
   return min(times)
 
 
+# A small launcher between the benchmark and its worker. Linux counts in a child's peak resident
+# memory (ru_maxrss) the resident memory of the process it was forked from, so a worker forked from
+# the benchmark's own process (JAX loaded, a model trained) would inherit that as its "peak". The
+# launcher is a fresh interpreter of a few MiB: it starts the worker, waits for it with wait4 and
+# writes the worker's own ru_maxrss (KiB) to the file named by its first argument.
+_LAUNCHER = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+with open(sys.argv[1], "w") as f:
+  f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_worker(module: str, *args: str) -> tuple[float, dict]:
   """``python -m module args`` in a fresh process from the checkout; returns its whole-process wall
-  time and the last JSON line it printed. Raises with the end of its stderr if it fails."""
+  time and the last JSON line it printed, with ``peak_rss_mib`` added: the worker's peak resident
+  memory as the kernel accounts it (``wait4``'s ``ru_maxrss``, taken from outside the worker by a
+  small launcher process, so that the benchmark's own memory is not counted in it). Raises with the
+  end of its stderr if it fails."""
   import json
   import os
   import subprocess
   import sys
+  import tempfile
 
   env = {
     **os.environ,
@@ -30,11 +49,19 @@ def run_worker(module: str, *args: str) -> tuple[float, dict]:
     "TQDM_DISABLE": "1",
     "PYTHONWARNINGS": "ignore",
   }
-  t0 = time.perf_counter()
-  done = subprocess.run(
-    [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env
-  )
-  wall = time.perf_counter() - t0
+  with tempfile.TemporaryDirectory() as tmp:
+    rss_file = os.path.join(tmp, "maxrss")
+    t0 = time.perf_counter()
+    done = subprocess.run(
+      [sys.executable, "-c", _LAUNCHER, rss_file, sys.executable, "-m", module, *args],
+      capture_output=True,
+      text=True,
+      env=env,
+    )
+    wall = time.perf_counter() - t0
+    peak_kib = int(open(rss_file).read()) if os.path.exists(rss_file) else -1
   if done.returncode != 0:
     raise RuntimeError(f"{module} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-  return wall, json.loads([ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1])
+  result = json.loads([ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1])
+  result["peak_rss_mib"] = peak_kib / 1024  # Linux reports KiB
+  return wall, result

@@ -11,3 +11,16 @@ def test_devinterp_benchmark_names_its_extra_requirements_when_they_are_missing(
     pytest.skip("devinterp is installed: the benchmark would run in full")
   done = run_cli("benchmarks.llc_vs_devinterp", timeout=120)
   assert done.returncode != 0 and "benchmarks/requirements.txt" in done.stderr
+
+
+def test_run_worker_reports_the_child_s_own_peak_memory(monkeypatch):
+  from benchmarks import timing
+  from tests.helpers import ROOT
+
+  monkeypatch.chdir(ROOT)
+  small_wall, small = timing.run_worker("tests.benchmarks.rss_child", "8")
+  _, big = timing.run_worker("tests.benchmarks.rss_child", "300")
+  assert small["sum"] == 8 * 2**20 // 8 and small_wall > 0
+  assert big["peak_rss_mib"] >= 300 > small["peak_rss_mib"]  # each child's own, not the largest
+  with pytest.raises(RuntimeError, match="failed"):
+    timing.run_worker("tests.benchmarks.rss_child", "not-a-number")
