@@ -71,11 +71,14 @@ def _networks(a, b) -> tuple[bl.Network, bl.Network]:
 
 
 def _bilinear_core(la, ra, lb, rb, g, symmetrize):
-  ll = la @ g @ lb.T
-  rr = ra @ g @ rb.T
+  """``(L_a G L_bᵀ) ⊙ (R_a G R_bᵀ)`` (node-wise symmetrised or not); ``g=None`` is the identity,
+  which is not multiplied."""
+  gb = (lambda m: m.T) if g is None else (lambda m: g @ m.T)
+  ll = la @ gb(lb)
+  rr = ra @ gb(rb)
   if not symmetrize:
     return ll * rr
-  return 0.5 * (ll * rr + (la @ g @ rb.T) * (ra @ g @ lb.T))
+  return 0.5 * (ll * rr + (la @ gb(rb)) * (ra @ gb(lb)))
 
 
 def log_gram(a, b, *, symmetrize: bool = True) -> tuple[jax.Array, jax.Array]:
@@ -113,11 +116,12 @@ def log_gram(a, b, *, symmetrize: bool = True) -> tuple[jax.Array, jax.Array]:
 @functools.partial(jax.jit, static_argnums=2)
 def _log_gram(a, b, symmetrize):
   dt = jax.tree.leaves(a)[0].dtype
-  g = jnp.eye(bl.input_dim(a), dtype=dt)
+  g = None  # the identity on the inputs, never formed
   c = jnp.zeros((), dt)
   for la_, lb_ in zip(a, b):
     if "weight" in la_:
-      g = la_["weight"] @ g @ lb_["weight"].T
+      wb = lb_["weight"].T if g is None else g @ lb_["weight"].T
+      g = la_["weight"] @ wb
     else:
       la, ra, da = (la_[k] for k in bl.BILINEAR_KEYS)
       lb, rb, db = (lb_[k] for k in bl.BILINEAR_KEYS)
@@ -326,10 +330,49 @@ def tensor_similarity(
     return _gaussian_similarity(fa, fb, bool(constant))  # each network's own terms once
   if measure != "frobenius":
     raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
+  a, b = _networks(a, b)
+  if _single_bilinear(a) and _single_bilinear(b):
+    fa, fb = _folded_pair(a, b)
+    return _frobenius_single_similarity(fa, fb, bool(symmetrize))
   (cab, gab), (caa, gaa), (cbb, gbb) = (
     log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b))
   )
   return _cosine_from_logs(cab, jnp.trace(gab), caa, jnp.trace(gaa), cbb, jnp.trace(gbb))
+
+
+def _single_bilinear(net) -> bool:
+  return [bl.layer_kind(x) for x in net].count("bilinear") == 1
+
+
+def _frobenius_single(la, ra, da, lb, rb, db):
+  """``⟨B_a, B_b⟩`` of two unsymmetrised single bilinear layers: ``Σ_hg (DᵀD)_hg (L_a L_bᵀ)_hg
+  (R_a R_bᵀ)_hg``."""
+  return jnp.sum((la @ lb.T) * (ra @ rb.T) * (da.T @ db))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _frobenius_single_similarity(fa, fb, symmetrize):
+  """The Frobenius similarity of two networks with one bilinear layer each (linear layers folded
+  in): through each network's ``(o, in, in)`` coefficient forms ``Q_k = Σ_h D_kh l_h r_hᵀ``
+  (symmetrised or not; ``⟨T_a, T_b⟩ = Σ_k ⟨Q_ak, Q_bk⟩``) when that costs fewer operations than the
+  hidden-unit contraction (:func:`_use_quadratic_forms`), else through the hidden units. Nothing of
+  size ``in × in`` is multiplied as an identity, and no log scale is needed at depth 1."""
+  (h, d), o = fa["left"].shape, fa["out"].shape[0]
+  h = max(h, fb["left"].shape[0])
+  if _use_quadratic_forms(h, d, o, pairs=3, networks=2):
+
+    def forms(f):
+      q = jnp.einsum("kh,hi,hj->kij", f["out"], f["left"], f["right"])
+      return 0.5 * (q + jnp.swapaxes(q, 1, 2)) if symmetrize else q
+
+    qa, qb = forms(fa), forms(fb)
+    inner = lambda x, y: jnp.sum(x * y)  # noqa: E731
+  else:
+    qa = (fa["left"], fa["right"], fa["out"])
+    qb = (fb["left"], fb["right"], fb["out"])
+    pair = _sym_frobenius_single if symmetrize else _frobenius_single
+    inner = lambda x, y: pair(*x, *y)  # noqa: E731
+  return inner(qa, qb) / jnp.sqrt(jnp.abs(inner(qa, qa) * inner(qb, qb)))
 
 
 def slice_similarity(a, b, *, symmetrize: bool = True) -> jax.Array:

@@ -46,8 +46,9 @@ def test_single_layer_gaussian_and_multilinear_identity_match_monte_carlo():
 @pytest.mark.slow
 def test_a_wrong_recursion_is_caught(monkeypatch):
   """Dropping the cross term of the node-wise symmetrisation breaks recursion = brute force."""
+  core = ts._bilinear_core
   monkeypatch.setattr(
-    ts, "_bilinear_core", lambda la, ra, lb, rb, g, sym: (la @ g @ lb.T) * (ra @ g @ rb.T)
+    ts, "_bilinear_core", lambda la, ra, lb, rb, g, sym: core(la, ra, lb, rb, g, 0)
   )
   ts._log_gram.clear_cache()  # compiled programs hold the correct core
   try:
@@ -164,7 +165,14 @@ def test_mismatched_networks_and_measures_are_refused():
   one = [th._rand_bilinear(rng, 4, 3, 2)]
   two = [th._rand_bilinear(rng, 4, 3, 3), th._rand_bilinear(rng, 4, 3, 2)]
   with pytest.raises(ValueError, match="same sequence of layer kinds"):
-    ts.tensor_similarity(one, [th._rand_linear(rng, 3, 3), th._rand_bilinear(rng, 4, 3, 2)])
+    ts.tensor_similarity(two, [th._rand_linear(rng, 3, 3), *two])
+  # One bilinear layer each: the linear layers fold in, so differently arranged networks compare.
+  other = [th._rand_linear(rng, 3, 3), th._rand_bilinear(rng, 4, 3, 2)]
+  with jax.enable_x64(True):
+    ta, tb = np.asarray(ts.materialize(one)), np.asarray(ts.materialize(other))
+    assert float(ts.tensor_similarity(one, other)) == pytest.approx(
+      np.vdot(ta, tb) / np.linalg.norm(ta) / np.linalg.norm(tb), rel=1e-12
+    )
   with pytest.raises(ValueError, match="share input and output widths"):
     ts.tensor_similarity(one, [th._rand_bilinear(rng, 4, 3, 5)])
   with pytest.raises(ValueError, match="exactly one bilinear layer"):
@@ -248,3 +256,19 @@ def test_gaussian_similarity_matrix_equals_the_pairwise_similarity(hidden, input
     ts.similarity_matrix(nets, measure="cosine")
   with pytest.raises(ValueError, match="slice_index is for measure='frobenius'"):
     ts.similarity_matrix(nets, measure="gaussian", slice_index=0)
+
+
+@pytest.mark.parametrize("hidden, inputs", [(16, 4), (5, 20)])  # coefficient forms; hidden units
+@pytest.mark.parametrize("symmetrize", [True, False])
+def test_depth_one_frobenius_similarity_equals_the_materialised_tensors(hidden, inputs, symmetrize):
+  rng = np.random.default_rng(8)
+  a = [th._rand_linear(rng, inputs, 3), th._rand_bilinear(rng, hidden, inputs, 3)]
+  b = [th._rand_linear(rng, inputs, 3), th._rand_bilinear(rng, hidden, inputs, 3)]
+  with jax.enable_x64(True):
+    ta, tb = (np.asarray(ts.materialize(n, symmetrize=symmetrize)) for n in (a, b))
+    want = np.vdot(ta, tb) / np.linalg.norm(ta) / np.linalg.norm(tb)
+    got = float(ts.tensor_similarity(a, b, symmetrize=symmetrize))
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    # The depth-2 recursion of the same networks with a second bilinear layer still runs.
+    deeper = [*a, th._rand_bilinear(rng, 2, 3, 2)]
+    assert abs(float(ts.tensor_similarity(deeper, deeper, symmetrize=symmetrize)) - 1) < 1e-12
