@@ -264,7 +264,7 @@ def main(argv):
   base_wall, base = best["batch"]
   print(
     f"{'side':>10s} {'process (s)':>12s} {'sampling (s)':>13s} {'batch speed-up':>15s} "
-    f"{'(sampling)':>11s}  LLC at the last checkpoint (seeds 0, 1)"
+    f"{'(sampling)':>11s} {'peak (MiB)':>11s}  LLC at the last checkpoint (seeds 0, 1)"
   )
   summary = {}
   for side in sides:
@@ -272,7 +272,8 @@ def main(argv):
     last = out["llc_mean"][-SEEDS:]
     print(
       f"{side:>10s} {wall:12.1f} {out['sampling_s']:13.1f} {wall / base_wall:14.2f}x "
-      f"{out['sampling_s'] / base['sampling_s']:10.2f}x  " + ", ".join(f"{v:.2f}" for v in last)
+      f"{out['sampling_s'] / base['sampling_s']:10.2f}x {out['peak_rss_mib']:11.0f}  "
+      + ", ".join(f"{v:.2f}" for v in last)
     )
     summary[side] = {"process_s": wall, **out}
   loop_means = np.array(best["loop"][1]["llc_mean"])

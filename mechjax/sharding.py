@@ -45,3 +45,17 @@ def along(sharding: NamedSharding, axis: int) -> NamedSharding:
   """The same mesh, split along ``axis`` instead of axis 0 (outputs with the split axis
   elsewhere)."""
   return NamedSharding(sharding.mesh, PartitionSpec(*([None] * axis), *sharding.spec))
+
+
+# XLA's CPU compiler hands dots and reductions to YNNPACK ("ynn fusions"). When one process runs
+# such a program on two CPU devices (or from two threads) at once, its resident memory grows for as
+# long as the program runs: about 10 MB/s for the SGLD chains of the induction study's
+# transformer, 7 GB after an 8 × 600 susceptibility run, with glibc malloc and with jemalloc alike.
+# Without the YNN fusions it stays flat, at a cost of about a tenth of the speed on that workload.
+CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def compiler_options() -> dict | None:
+  """The compiler options of mechjax's long-running programs: :data:`CPU_COMPILER_OPTIONS` on a
+  CPU backend (see the comment above them), None elsewhere."""
+  return dict(CPU_COMPILER_OPTIONS) if jax.default_backend() == "cpu" else None

@@ -134,6 +134,9 @@ class SusceptibilityResult:
       L(w)``.
     dloss_star: ``(M,)``, ``ΔL_i(w*)``. With ``dloss_means`` it gives the explicit term of the LLC's
       response (:func:`llc_response`).
+    chi_per_chain: ``(C, num_chains, K, M)``, each chain's own ``χ`` (over its draws): the error of
+      any aggregate of ``χ`` (a group of probes, a principal direction) is the spread of the
+      aggregate over chains.
   """
 
   chi: np.ndarray
@@ -146,6 +149,7 @@ class SusceptibilityResult:
   nbeta: float
   dloss_means: np.ndarray | None = None
   dloss_star: np.ndarray | None = None
+  chi_per_chain: np.ndarray | None = None
 
 
 def estimate_susceptibilities(
@@ -221,7 +225,7 @@ def estimate_susceptibilities(
   )
   sgld.check_params(params)
   s, sampler = sgld.resolve_data(s, data)
-  s = dataclasses.replace(s, mala=False)
+  s = sgld.with_chain_loop(dataclasses.replace(s, mala=False), params)
   components = {"all": None} if components is None else dict(components)
   if not components:
     raise ValueError("components must name at least one mask")
@@ -311,6 +315,7 @@ def estimate_susceptibilities(
     dloss_star=np.asarray(
       jnp.reshape(per_sample_loss(params, probes), (-1,)) - observe_data["eval_loss_star"]
     ),
+    chi_per_chain=per_chain,
   )
 
 

@@ -46,9 +46,15 @@ def test_map_and_vmap_run_the_same_chains():
     np.testing.assert_allclose(mapped[name], vmapped[name], rtol=1e-5, err_msg=name)
   # The chains differ from one another: the loop did not repeat one chain.
   assert np.all(np.std(np.asarray(mapped["loss"])[:, -1]) > 0)
-  assert sgld.chain_loop(sgld.SGLDSettings(**SETTINGS)) == (
-    "map" if jax.default_backend() == "cpu" else "vmap"
-  )
+  # auto: mapped on a CPU for a model of MAP_MIN_PARAMS float parameters or more, else vmapped.
+  auto = sgld.SGLDSettings(**SETTINGS)
+  big = {"w": jnp.zeros(sgld.MAP_MIN_PARAMS), "step": jnp.zeros((10**6,), jnp.int32)}
+  small = {"w": jnp.zeros(sgld.MAP_MIN_PARAMS - 1), "step": jnp.zeros((10**6,), jnp.int32)}
+  on_cpu = jax.default_backend() == "cpu"
+  assert sgld.chain_loop(auto, big) == ("map" if on_cpu else "vmap")
+  assert sgld.chain_loop(auto, small) == "vmap"  # integer leaves are not sampled: not counted
+  assert sgld.chain_loop(sgld.SGLDSettings(**SETTINGS, chain_loop="map"), small) == "map"
+  assert sgld.with_chain_loop(auto, big).chain_loop in ("map", "vmap")
   with pytest.raises(ValueError, match="chain_loop"):
     sgld.SGLDSettings(chain_loop="scan", **SETTINGS)
 
