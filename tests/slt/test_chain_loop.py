@@ -131,3 +131,24 @@ def test_eval_data_defines_the_loss_of_the_observable():
     sus.estimate_susceptibilities(
       _per_sample, w_star, subset, probes, eval_data={"x": data["x"][:8], "y": data["y"][:7]}, **kw
     )
+
+
+def test_sampler_programs_compile_without_ynn_fusions_on_a_cpu():
+  """With XLA's YNNPACK fusions, a program running on two CPU devices at once grew its memory for as
+  long as it ran (docs/design.md); the sampler's programs are compiled without them."""
+  if jax.default_backend() != "cpu":
+    pytest.skip("a CPU compiler option")
+  data, _ = _regression()
+  w_star = {"w1": 0.1 * jnp.ones((D, 8)), "w2": 0.1 * jnp.ones((8,))}
+
+  def mlp(params, batch):  # matrix products, which XLA's CPU backend fuses with YNNPACK by default
+    return jnp.mean((jnp.tanh(batch["x"] @ params["w1"]) @ params["w2"] - batch["y"]) ** 2)
+
+  fusion = '"kind":"__ynn_fusion"'
+  plain = jax.jit(jax.grad(mlp)).lower(w_star, {k: v[:64] for k, v in data.items()})
+  assert fusion in plain.compile().as_text()  # XLA's default, which the option turns off
+  s = sgld.SGLDSettings(num_chains=2, num_draws=5, **SETTINGS)
+  program = sgld._program(mlp, s, False, None, None)
+  keys = sgld.chain_keys(jax.random.key(0), 2)
+  text = program.lower(w_star, data, keys, None, None, None).compile().as_text()
+  assert fusion not in text
