@@ -330,7 +330,9 @@ def devinterp_draws_chi(zarr_dir: str, components: list[str], inputs: dict) -> d
   t = inputs["probes"].shape[1] - 1
   chi, per_chain = [], []
   for name in components:
-    ds = xr.open_datatree(os.path.join(zarr_dir, f"samples_{name}.zarr"), engine="zarr").dataset
+    store = os.path.join(zarr_dir, f"samples_{name}.zarr")
+    # devinterp does not consolidate the store's metadata
+    ds = xr.open_datatree(store, engine="zarr", consolidated=False).dataset
     order = [row_index(inputs["probes"], row) for row in ds["input_ids_probe"].values]
     pt = ds["loss_train"].values.mean(axis=(-2, -1))  # (chain, draw): L(w)
     probe = np.empty_like(ds["loss_probe"].values)
@@ -390,6 +392,8 @@ def agreement(ours_pc: np.ndarray, theirs_pc: np.ndarray, groups: np.ndarray) ->
     out[f"{level}/mechjax vs devinterp"] = compare(a, b, np.sqrt(sa**2 + sb**2))
     for name, pc in (("mechjax", ours_pc), ("devinterp", theirs_pc)):
       half = pc.shape[1] // 2
+      if half < 2:  # a half of one chain has no standard error
+        continue
       (a, sa), (b, sb) = chain_estimate(f(pc[:, :half])), chain_estimate(f(pc[:, half:]))
       out[f"{level}/{name} halves"] = compare(a, b, np.sqrt(sa**2 + sb**2))
   return out
