@@ -41,6 +41,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import timing
+from mechjax.train import flags as shared
 
 VOCAB, EMBED, HIDDEN, SEQ, NUM_SEQUENCES = 64, 64, 256, 17, 2048
 SETTINGS = dict(step_size=1e-4, nbeta=10.0, localization=100.0, batch_size=32)
@@ -60,12 +61,8 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_string("inputs", None, "Internal: the .npz with the weights and the data.")
 flags.DEFINE_string("workload", None, "Internal: the workload of a worker.")
-flags.register_validator(
-  "workloads",
-  lambda v: bool(v) and all(w in WORKLOADS for w in v),
-  message=f"must be a comma-separated list of {', '.join(WORKLOADS)}",
-)
-flags.register_validator("repeats", lambda v: v >= 1, message="must be >= 1")
+shared.list_of("workloads", WORKLOADS)
+shared.positive_int("repeats")
 FLAGS = flags.FLAGS
 
 

@@ -89,6 +89,17 @@ def positive_float(name: str, allow_zero: bool = False) -> None:
   )
 
 
+def list_of(name: str, choices, flag_values: flags.FlagValues = FLAGS) -> None:
+  """A non-empty comma-separated list flag whose every item is one of ``choices``."""
+  choices = list(choices)
+  flags.register_validator(
+    name,
+    lambda v: bool(v) and all(item in choices for item in v),
+    message=f"must be a comma-separated list of {', '.join(map(str, choices))}",
+    flag_values=flag_values,
+  )
+
+
 class FlagError(ValueError):
   """A flag value (or a combination of them) that the config refuses; the message names the
   flags."""
