@@ -594,9 +594,9 @@ def _in_groups(call: Callable[[int], Any], groups: int, axis: int = 0):
     return call(0)
   from concurrent.futures import ThreadPoolExecutor
 
-  if not _POOL or _POOL[0]._max_workers < groups:
-    _POOL[:] = [ThreadPoolExecutor(max_workers=groups, thread_name_prefix="mechjax-chains")]
-  parts = list(_POOL[0].map(lambda g: jax.block_until_ready(call(g)), range(groups)))
+  if not _POOL or _POOL[0] < groups:  # (workers, pool): grown when more groups are asked for
+    _POOL[:] = [groups, ThreadPoolExecutor(max_workers=groups, thread_name_prefix="mechjax-chains")]
+  parts = list(_POOL[1].map(lambda g: jax.block_until_ready(call(g)), range(groups)))
   return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=axis), *parts)
 
 
