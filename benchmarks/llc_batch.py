@@ -1,6 +1,6 @@
 """The LLC of many checkpoints: one program for all of them against one call per checkpoint.
 
-    python -m benchmarks.llc_batch                     # mechjax only, about 2 minutes on 2 cores
+    python -m benchmarks.llc_batch                     # mechjax only
     python -m benchmarks.llc_batch --devinterp         # also devinterp 2.0.1 looping
                                                        # (needs benchmarks/requirements.txt)
 

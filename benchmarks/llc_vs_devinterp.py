@@ -1,7 +1,7 @@
 """LLC estimation, mechjax against devinterp 2.0.1, whole process against whole process.
 
     pip install -r benchmarks/requirements.txt        # torch 2.13.0 (CPU build) and devinterp 2.0.1
-    python -m benchmarks.llc_vs_devinterp             # about 10 minutes on 2 cores
+    python -m benchmarks.llc_vs_devinterp
 
 The reference model is a next-token model: vocabulary 64, embedding 64 (tied with the unembedding),
 one residual 256-wide ReLU MLP, 37,184 parameters; the data are 2,048 random sequences of 17 tokens

@@ -1,6 +1,6 @@
 """Procrustes fits: mechjax against scipy and against the bare matmul + SVD they both need.
 
-    python -m benchmarks.procrustes  # n = 65,536, d = 512, K = 9 (a few minutes on 2 cores)
+    python -m benchmarks.procrustes  # n = 65,536, d = 512, K = 9
 
 Three comparisons, each side by side in one run (ratios, since absolute times on shared machines are
 noisy), best of --repeats after a warm-up:

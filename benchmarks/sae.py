@@ -1,7 +1,7 @@
 """TopK SAEs: the k-th-largest selection (iterative vs ``lax.top_k``) and whole training steps vs
 ReLU.
 
-    python -m benchmarks.sae  # d = 64, 256 latents, batch 256, k = 8 and 32 (under a minute)
+    python -m benchmarks.sae  # d = 64, 256 latents, batch 256, k = 8 and 32
 
 Side by side in one run, best of --repeats after a warm-up:
 

@@ -1,7 +1,7 @@
 """Per-token susceptibilities, mechjax against devinterp 2.0.1, whole process against whole process.
 
     pip install -r benchmarks/requirements.txt        # torch 2.13.0 (CPU build) and devinterp 2.0.1
-    python -m benchmarks.susceptibility_vs_devinterp  # both workloads, about 25 minutes on 2 cores
+    python -m benchmarks.susceptibility_vs_devinterp  # both workloads
 
 The model is the induction study's (:mod:`mechjax.studies.patterning_induction`, its defaults): a
 2-layer attention-only transformer (vocabulary 64, length 32, d_model 64, 4 heads a layer; 43,200

@@ -1,6 +1,6 @@
 """A seed sweep as separate processes against the same seeds in one vmapped program.
 
-    python -m benchmarks.sweep_throughput  # 8 seeds of the Fourier amplitude task (a few minutes)
+    python -m benchmarks.sweep_throughput  # 8 seeds of the Fourier amplitude task
 
 Both sides run ``experiments.fourier_phase`` on the amplitude task with the same flags, as a user
 would:

@@ -1,7 +1,7 @@
 """Tensor similarity: the Gram recursion against materialising the tensors, and the speed of the
 depth-1 Gaussian similarity and of ``similarity_matrix``.
 
-    python -m benchmarks.tensor_similarity  # widths 8..48 (about two minutes on 2 cores)
+    python -m benchmarks.tensor_similarity  # widths 8..48
     python -m benchmarks.tensor_similarity --widths=8,16,32,64 --max_gib=20
 
 **Gaussian, depth 1.** ``tensor_similarity(a, b, measure="gaussian")`` for one bilinear layer

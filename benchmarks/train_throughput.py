@@ -1,6 +1,6 @@
 """Seeds in one vmapped program vs. the same jitted single-seed program called once per seed.
 
-    python -m benchmarks.train_throughput  # 64 seeds, 2000 steps each (about a minute on 2 cores)
+    python -m benchmarks.train_throughput  # 64 seeds, 2000 steps each
 
 Both sides run the identical compiled training chunk from mechjax.train.loop (lax.scan over steps,
 on-device data from the Fourier amplitude task, a two-layer tanh net); the baseline differs only in

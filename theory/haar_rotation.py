@@ -16,7 +16,7 @@ Checks (each prints measured vs predicted and its tolerance; exit 1 if any fails
    calibrated signed-permutation distance of :func:`mechjax.align.haar.haar_test` rejects it (p ≤
    0.01), while Haar samples are rejected at about the nominal 5% rate.
 
-    python -m theory.haar_rotation              # about a minute on 2 cores
+    python -m theory.haar_rotation
 """
 
 import sys

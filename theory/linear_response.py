@@ -18,7 +18,7 @@ estimated two ways with :func:`mechjax.slt.susceptibility.linear_response`:
   ``h`` (here h ≤ 1.7 so ≤ 0.9% at ε = 2e-4), which enters the response of a quadratic observable
   twice, plus the minibatch-noise term.
 
-    python -m theory.linear_response           # about 35 s on 2 cores
+    python -m theory.linear_response
 """
 
 import sys

@@ -12,7 +12,7 @@ estimate, truth and relative error. The tolerances, against λ:
   at ``nβ`` = 8686: −1.7% of λ for RRR 5-3-5, −22% for w1·w2).
 * the other cases are reported with their error, without a threshold.
 
-    python -m theory.llc_closed_forms          # 3 minutes on 2 cores
+    python -m theory.llc_closed_forms
 """
 
 import sys

@@ -34,7 +34,7 @@ Then, at the largest N, each spike is put in the dominant principal subspace of 
 spikes and seeds, and per spike (the pooled isotropic median over that spike's median, since at
 alpha = 0 every spike is the same problem up to a rotation), with its spread over spikes.
 
-    python -m theory.phase_sample_complexity  # N = 16..64, 8 spikes x 16 seeds, ~9 min on 2 cores
+    python -m theory.phase_sample_complexity  # N = 16..64, 8 spikes x 16 seeds
     python -m theory.phase_sample_complexity --dims=12,16,24,32 --num_spikes=4 \\
         --max_tolerance=1.0                   # the fast version (the tests run its function)
 """

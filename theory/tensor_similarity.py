@@ -25,7 +25,7 @@ Checks (float64; each prints measured vs predicted and its tolerance; exit 1 if 
    range, yet its self-similarity is 1 to 1e-9 and its similarity to a perturbed copy is finite and
    below 1.
 
-    python -m theory.tensor_similarity          # about 30 s on 2 cores
+    python -m theory.tensor_similarity
 """
 
 from __future__ import annotations

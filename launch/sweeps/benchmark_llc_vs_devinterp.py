@@ -1,4 +1,4 @@
-"""`python -m benchmarks.llc_vs_devinterp` (a README Results row), run once with its defaults; its
+"""`python -m benchmarks.llc_vs_devinterp` (docs/benchmarks.md), run once with its defaults; its
 printed table is kept in ROOT/<id>/launch_result.json and ROOT/logs/. It needs `pip install -r
 benchmarks/requirements.txt` first (torch and devinterp).
 

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.procrustes` (a README Results row), run once with its defaults; its printed
+"""`python -m benchmarks.procrustes` (docs/benchmarks.md), run once with its defaults; its printed
 table is kept in ROOT/<id>/launch_result.json and ROOT/logs/.
 
     python -m launch.sweep --sweep=launch/sweeps/benchmark_procrustes.py \\

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.sae` (a README Results row), run once with its defaults; its printed table
+"""`python -m benchmarks.sae` (docs/benchmarks.md), run once with its defaults; its printed table
 is kept in ROOT/<id>/launch_result.json and ROOT/logs/.
 
     python -m launch.sweep --sweep=launch/sweeps/benchmark_sae.py --root=sweeps/benchmark_sae

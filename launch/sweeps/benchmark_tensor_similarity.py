@@ -1,4 +1,4 @@
-"""`python -m benchmarks.tensor_similarity` (a README Results row), run once with its defaults; its
+"""`python -m benchmarks.tensor_similarity` (docs/benchmarks.md), run once with its defaults; its
 printed table is kept in ROOT/<id>/launch_result.json and ROOT/logs/.
 
     python -m launch.sweep --sweep=launch/sweeps/benchmark_tensor_similarity.py \\

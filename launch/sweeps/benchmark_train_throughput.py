@@ -1,4 +1,4 @@
-"""`python -m benchmarks.train_throughput` (a README Results row), run once with its defaults; its
+"""`python -m benchmarks.train_throughput` (docs/benchmarks.md), run once with its defaults; its
 printed table is kept in ROOT/<id>/launch_result.json and ROOT/logs/.
 
     python -m launch.sweep --sweep=launch/sweeps/benchmark_train_throughput.py \\

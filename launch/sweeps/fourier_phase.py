@@ -1,4 +1,4 @@
-"""The Fourier-phase README rows at full scale, replicated over base seeds (each run has 4 vmapped
+"""The Fourier-phase results rows at full scale, replicated over base seeds (each run has 4 vmapped
 seeds).
 
     python -m launch.sweep --sweep=launch/sweeps/fourier_phase.py --root=sweeps/fourier_phase \\

@@ -1,4 +1,4 @@
-"""The LLC-over-training README row, over base seeds (each run trains 2 seeds).
+"""The LLC-over-training docs/results.md row, over base seeds (each run trains 2 seeds).
 
     python -m launch.sweep --sweep=launch/sweeps/llc_dynamics.py --root=sweeps/llc_dynamics \\
         --parallel=2

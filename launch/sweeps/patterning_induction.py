@@ -1,4 +1,4 @@
-"""The induction-patterning README row, over base seeds (each run trains 4 seeds per condition).
+"""The induction-patterning results row, over base seeds (each run trains 4 seeds per condition).
 
     python -m launch.sweep --sweep=launch/sweeps/patterning_induction.py \\
         --root=sweeps/patterning_induction

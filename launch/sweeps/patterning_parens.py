@@ -1,4 +1,4 @@
-"""The parenthesis-patterning README row (default 1000 steps) and its 3000-step rerun.
+"""The parenthesis-patterning results row (default 1000 steps) and its 3000-step rerun.
 
     python -m launch.sweep --sweep=launch/sweeps/patterning_parens.py \\
         --root=sweeps/patterning_parens

@@ -1,4 +1,4 @@
-"""The N³ weak-recovery exponent and the power-law speed-up (README rows), over independent base
+"""The N³ weak-recovery exponent and the power-law speed-up (results rows), over independent base
 seeds.
 
     python -m launch.sweep --sweep=launch/sweeps/phase_sample_complexity.py \\

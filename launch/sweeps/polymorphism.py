@@ -1,4 +1,4 @@
-"""The polymorphism README rows, per optimizer and over base seeds (each run trains 4 seeds).
+"""The polymorphism results rows, per optimizer and over base seeds (each run trains 4 seeds).
 
     python -m launch.sweep --sweep=launch/sweeps/polymorphism.py --root=sweeps/polymorphism \\
         --parallel=2

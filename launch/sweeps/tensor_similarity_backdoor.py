@@ -1,5 +1,5 @@
-"""The backdoor README row (10% poison) and its neighbours: how strongly does the target-class slice
-respond, relative to the unpoisoned drift, as the poison fraction changes?
+"""The backdoor results row (10% poison) and its neighbours: how strongly does the target-class
+slice respond, relative to the unpoisoned drift, as the poison fraction changes?
 
     python -m launch.sweep --sweep=launch/sweeps/tensor_similarity_backdoor.py \\
         --root=sweeps/backdoor --parallel=2

@@ -1,4 +1,4 @@
-"""The grokking README row (weight decay 0.3) and its neighbours: how does the tensor-similarity /
+"""The grokking results row (weight decay 0.3) and its neighbours: how does the tensor-similarity /
 logit-cosine correlation depend on the weight decay that drives grokking?
 
     python -m launch.sweep --sweep=launch/sweeps/tensor_similarity_grokking.py \\

@@ -1,4 +1,4 @@
-"""`python -m theory.haar_rotation` (a README Results row) over seeds: each member prints its checks
+"""`python -m theory.haar_rotation` (in docs/results.md) over seeds: each member prints its checks
 and PASS or FAIL, which the launcher records in ROOT/<id>/launch_result.json and the results table.
 
     python -m launch.sweep --sweep=launch/sweeps/theory_haar_rotation.py \\

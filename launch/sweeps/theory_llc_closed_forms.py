@@ -1,4 +1,4 @@
-"""`python -m theory.llc_closed_forms` (a README Results row) over seeds: each member prints its
+"""`python -m theory.llc_closed_forms` (in docs/results.md) over seeds: each member prints its
 checks and PASS or FAIL, which the launcher records in ROOT/<id>/launch_result.json and the results
 table.
 

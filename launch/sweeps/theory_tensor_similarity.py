@@ -1,4 +1,4 @@
-"""`python -m theory.tensor_similarity` (a README Results row) over seeds: each member prints its
+"""`python -m theory.tensor_similarity` (in docs/results.md) over seeds: each member prints its
 checks and PASS or FAIL, which the launcher records in ROOT/<id>/launch_result.json and the results
 table.
 

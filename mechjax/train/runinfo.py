@@ -11,7 +11,8 @@ A new workdir gets ``metadata.json`` with
 
 A resume appends the same record, taken then, to ``resumes``, and prints a one-line warning on
 stderr when the device count, the backend or a package version differs from the start: any of them
-may change the numbers (the README records a patterning outcome that moved with the device count).
+may change the numbers (docs/results.md records a patterning outcome that moved with the
+device count).
 """
 
 from __future__ import annotations
