@@ -1,7 +1,7 @@
 """Tensor similarity and a backdoor: is the insertion visible in the full network, in the
 target-class slice, or only in behaviour on triggered inputs?
 
-    python -m experiments.tensor_similarity_backdoor  # CPU defaults: 4 seeds, 38 s on 2 cores
+    python -m experiments.tensor_similarity_backdoor  # CPU defaults: 4 seeds
     python -m experiments.tensor_similarity_backdoor --poison_fraction=0.05 --target_class=7
 
 Trains Bilinear(64 → 64) → Linear(64 → 10) on scikit-learn's 8×8 digits, then fine-tunes it twice

@@ -1,6 +1,6 @@
 """Tensor similarity across grokking: modular addition with a bilinear network.
 
-    python -m experiments.tensor_similarity_grokking  # CPU defaults: 4 seeds, 3 min 28 s on 2 cores
+    python -m experiments.tensor_similarity_grokking  # CPU defaults: 4 seeds
     python -m experiments.tensor_similarity_grokking --p=59 --steps=8000
 
 Trains Bilinear(2P → 64) → Linear(64 → P) on a 30% split of all (a, b) pairs with AdamW (weight

@@ -243,7 +243,8 @@ def estimate_llc(
   s = _settings(settings, locals())
   if param_mask is not None and jax.tree.structure(param_mask) != jax.tree.structure(params):
     raise ValueError("param_mask must be a pytree with the same structure as params (0/1 arrays)")
-  s, _ = sgld.resolve_data(s, data)
+  sgld.check_params(params)
+  s, _ = sgld.resolve_data(s, data, loss_fn, params)
   path, reason, star = star_loss_path(loss_fn, params, data, key, s)
   traces = jax.device_get(
     sgld.sample_chains(loss_fn, params, data, key, s, param_mask=param_mask, star_losses=star)
@@ -315,6 +316,9 @@ def estimate_llc_batch(
         "param_mask must be a pytree with the structure of one point of params_stack (0/1 arrays)"
       )
   first = jax.tree.map(lambda a: a[0], params_stack) if num_points else params_stack
+  if num_points:
+    sgld.check_params(params_stack)
+    sgld.check_loss(loss_fn, first, data, s.batch_size)
   path, reason, star0 = (
     star_loss_path(loss_fn, first, data, keys[0], s)
     if num_points

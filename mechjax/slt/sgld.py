@@ -26,10 +26,9 @@ uses ``fold_in(chain_key, t)``, so the same key gives the same draws bit for bit
 
 **How the chains of one device run** (``chain_loop``). ``vmap`` makes every array op of a step one
 op over all the chains; ``map`` (``lax.map``) runs the chains' scans one after another, each with
-unbatched ops. On accelerators ``vmap`` fills the chip. On a CPU ``map`` is faster: measured on the
-benchmarks' models, a vmapped step of 18 copies of the induction study's transformer costs 2.4× the
-CPU time of 18 unbatched steps, and the LLC benchmark's 16 × 1000 run is about 1.4× faster mapped;
-a small model's step is a few ops whose fixed cost ``vmap`` shares out. ``auto`` (the default)
+unbatched ops. On accelerators ``vmap`` fills the chip. On a CPU ``map`` is faster for models of
+some size (docs/benchmarks.md has the measurements); a small model's step is a few ops whose fixed
+cost ``vmap`` shares out. ``auto`` (the default)
 picks ``map`` on a CPU for models of at least :data:`MAP_MIN_PARAMS` parameters and ``vmap``
 otherwise. Each chain's arithmetic is the
 same either way up to rounding; the random numbers are identical.
@@ -463,8 +462,7 @@ def chain_loop(settings: SGLDSettings, params: Params = None) -> str:
   """``"vmap"`` or ``"map"``: ``settings.chain_loop`` with ``auto`` resolved: ``map`` on a CPU when
   ``params`` has at least :data:`MAP_MIN_PARAMS` float entries (or is not given), ``vmap``
   otherwise. A step of a small model is a few ops on small arrays, whose fixed cost ``vmap``
-  shares out: 320 chains of the 5-5-5-5 deep linear network (75 weights) sampled in 3.7 s vmapped
-  against 4.8 s mapped."""
+  shares out (docs/benchmarks.md compares the two)."""
   if settings.chain_loop != "auto":
     return settings.chain_loop
   if jax.default_backend() != "cpu":
@@ -519,8 +517,8 @@ def sample_chains(
   When JAX sees several devices and their number divides ``num_chains``, the chain axis is sharded
   over all of them (:func:`mechjax.sharding.leading_axis`; ``w*`` and the data are replicated), so
   each device runs its share of the chains. On a CPU, :func:`mechjax.use_all_cpu_cores` before
-  JAX starts makes every core a device: with 2 cores the sampler runs about 1.5× faster than on
-  one device. Without it, on one CPU device, the chains are split into groups called from one
+  JAX starts makes every core a device, which speeds the sampler up (docs/benchmarks.md). Without
+  it, on one CPU device, the chains are split into groups called from one
   thread per core (:func:`cpu_thread_groups`), which gains about as much. The draws depend on the
   key and on the number of devices (the partitioned matmuls round differently), on nothing else.
 
@@ -538,7 +536,7 @@ def sample_chains(
       see :func:`sample_chain`.
   """
   check_params(params_star)
-  settings, sampler = resolve_data(settings, data)
+  settings, sampler = resolve_data(settings, data, loss_fn, params_star)
   settings = with_chain_loop(settings, params_star)
   layout = sharding_lib.leading_axis(settings.num_chains, "chains", shard)
   groups = 1 if layout is not None else cpu_thread_groups(settings.num_chains, shard)
@@ -642,7 +640,8 @@ def sample_points(
   if keys.shape[:1] != (num_points,):
     raise ValueError(f"keys must hold one key per point, ({num_points},); got {keys.shape}")
   check_params(params_stack)
-  settings, sampler = resolve_data(settings, data)
+  point0 = jax.tree.map(lambda a: a[0], params_stack)
+  settings, sampler = resolve_data(settings, data, loss_fn, point0)
   settings = with_chain_loop(settings, jax.tree.map(lambda a: a[0], params_stack))
   c = settings.num_chains
   layout = sharding_lib.leading_axis(num_points * c, "chains", shard)
@@ -674,12 +673,101 @@ def sample_points(
   return jax.tree.map(lambda a: a.reshape(num_points, c, *a.shape[1:]), traces)
 
 
-def resolve_data(settings: SGLDSettings, data) -> tuple[SGLDSettings, Callable | None]:
+def data_size(data) -> int:
+  """The number of samples ``n`` in ``data``, a pytree of arrays with the samples first; refuses,
+  in one line that names each leaf's length, leaves whose leading lengths differ (and scalar
+  leaves, which have no sample axis)."""
+  leaves = jax.tree_util.tree_flatten_with_path(data)[0]
+  if not leaves:
+    raise ValueError(
+      "data holds no arrays: pass a pytree of arrays with the samples first, or a sampler "
+      "sample_batch(key) -> batch"
+    )
+  lengths = {}
+  for path, leaf in leaves:
+    name = f"data{jax.tree_util.keystr(path)}"
+    shape = np.shape(leaf)
+    if not shape:
+      raise ValueError(
+        f"{name} is a scalar, but every leaf of data needs the samples on its leading axis; "
+        "close over constants in the loss instead"
+      )
+    lengths[name] = shape[0]
+  if len(set(lengths.values())) > 1:
+    listing = ", ".join(f"{k} has {v}" for k, v in lengths.items())
+    raise ValueError(
+      f"data's leaves have different numbers of samples ({listing}); every leaf needs the same "
+      "leading (sample) length n, one row per training sample"
+    )
+  return next(iter(lengths.values()))
+
+
+def _describe(out) -> str:
+  if isinstance(out, jax.ShapeDtypeStruct):
+    return f"an array of shape {tuple(out.shape)}"
+  return f"a {type(out).__name__} of {len(jax.tree.leaves(out))} arrays"
+
+
+_LOSS_SHAPES: dict = {}
+
+
+def _loss_shape(loss_fn, params, batch):
+  """``jax.eval_shape(loss_fn, params, batch)``, remembered by the loss and the inputs' shapes, so a
+  repeated call with new values traces nothing (a large model's trace is not free)."""
+  leaves, tree = jax.tree.flatten((params, batch))
+  sig = (tree, tuple((np.shape(x), str(jnp.result_type(x))) for x in leaves))
+  try:
+    key = (loss_fn, sig)
+    hash(key)
+  except TypeError:  # an unhashable callable: check it every time
+    return jax.eval_shape(loss_fn, params, batch)
+  if key not in _LOSS_SHAPES:
+    if len(_LOSS_SHAPES) > 256:
+      _LOSS_SHAPES.clear()
+    _LOSS_SHAPES[key] = jax.eval_shape(loss_fn, params, batch)
+  return _LOSS_SHAPES[key]
+
+
+def check_loss(loss_fn, params, data, batch_size: int, per_sample: bool = False) -> None:
+  """Refuses, before anything is compiled, a loss whose output has the wrong shape: traced once
+  with :func:`jax.eval_shape` on a batch of ``batch_size`` samples of ``data``'s shapes (nothing
+  is computed). ``loss_fn(params, batch)`` must return a scalar, the mean loss of the batch; with
+  ``per_sample``, one loss per sample, ``(B,)`` or ``(B, T)``."""
+  if is_sampler(data):
+    batch = jax.eval_shape(data, jax.random.key(0))
+  else:
+    batch = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct((batch_size,) + np.shape(x)[1:], jnp.result_type(x)), data
+    )
+  out = _loss_shape(loss_fn, params, batch)
+  scalar = isinstance(out, jax.ShapeDtypeStruct) and out.shape == ()
+  if not per_sample and not scalar:
+    raise ValueError(
+      f"loss_fn(params, batch) returned {_describe(out)} for a batch of {batch_size} samples, but "
+      "the SGLD loss must be a scalar, the mean loss of the batch (e.g. jnp.mean of the "
+      "per-sample losses); per-sample losses go to "
+      "slt.estimate_susceptibilities(per_sample_loss, ...)"
+    )
+  if per_sample and not (
+    isinstance(out, jax.ShapeDtypeStruct) and out.ndim in (1, 2) and out.shape[0] == batch_size
+  ):
+    raise ValueError(
+      f"per_sample_loss(params, batch) returned {_describe(out)} for a batch of {batch_size} "
+      f"samples, but it must return one loss per sample, ({batch_size},), or per token, "
+      f"({batch_size}, T); the mean loss alone goes to slt.estimate_llc(loss_fn, ...)"
+    )
+
+
+def resolve_data(
+  settings: SGLDSettings, data, loss_fn=None, params=None, per_sample: bool = False
+) -> tuple[SGLDSettings, Callable | None]:
   """``(settings with nβ filled in, the sampler or None)`` for arrays or a device-side sampler.
 
-  Arrays: ``batch_size`` must not exceed their ``n`` samples, and an unset ``nβ`` is ``n / ln n``.
-  A sampler ``sample_batch(key) -> batch`` has no ``n``: ``nβ`` must be given (it sets the
-  posterior's sample size), and its batches must hold ``batch_size`` samples."""
+  Arrays: every leaf must have the same number ``n`` of samples first (:func:`data_size`),
+  ``batch_size`` must not exceed it, and an unset ``nβ`` is ``n / ln n``. A sampler
+  ``sample_batch(key) -> batch`` has no ``n``: ``nβ`` must be given (it sets the posterior's
+  sample size), and its batches must hold ``batch_size`` samples. With ``loss_fn`` and ``params``
+  the loss's output shape is checked too (:func:`check_loss`)."""
   if is_sampler(data):
     if settings.nbeta is None:
       raise ValueError(
@@ -687,11 +775,15 @@ def resolve_data(settings: SGLDSettings, data) -> tuple[SGLDSettings, Callable |
         "from; pass nbeta= (e.g. default_nbeta(n) for the n your posterior should describe)"
       )
     check_sampler(data, settings.batch_size)
-    return settings, data
-  n = jax.tree.leaves(data)[0].shape[0]
-  if settings.batch_size > n:
-    raise ValueError(f"batch_size={settings.batch_size} exceeds the {n} samples in data")
-  return settings.resolved(n), None
+    resolved, sampler = settings, data
+  else:
+    n = data_size(data)
+    if settings.batch_size > n:
+      raise ValueError(f"batch_size={settings.batch_size} exceeds the {n} samples in data")
+    resolved, sampler = settings.resolved(n), None
+  if loss_fn is not None:
+    check_loss(loss_fn, params, data, settings.batch_size, per_sample)
+  return resolved, sampler
 
 
 def per_sample_star_losses(loss_fn, params_star, data, chunk: int = 256) -> jax.Array:

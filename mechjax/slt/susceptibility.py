@@ -224,7 +224,7 @@ def estimate_susceptibilities(
     batch_size=batch_size,
   )
   sgld.check_params(params)
-  s, sampler = sgld.resolve_data(s, data)
+  s, sampler = sgld.resolve_data(s, data, per_sample_loss, params, per_sample=True)
   s = sgld.with_chain_loop(dataclasses.replace(s, mala=False), params)
   components = {"all": None} if components is None else dict(components)
   if not components:

@@ -132,3 +132,63 @@ def test_a_leaf_that_is_not_an_array_is_refused_by_name():
     slt.estimate_susceptibilities(
       per_sample_loss, params, _data(), _data(), key=jax.random.key(0), **SETTINGS
     )
+
+
+def _one_line_error(call):
+  with pytest.raises(ValueError) as info:
+    call()
+  message = str(info.value)
+  assert "\n" not in message, message
+  return message
+
+
+def test_a_loss_that_is_not_a_scalar_is_refused_in_one_line_up_front():
+  data = _data()
+  w = {"w": jnp.zeros(3)}
+  calls = {
+    "estimate_llc": lambda: slt.estimate_llc(
+      per_sample_loss, w, data, key=jax.random.key(1), **SETTINGS
+    ),
+    "estimate_llc_batch": lambda: slt.estimate_llc_batch(
+      per_sample_loss, {"w": jnp.zeros((2, 3))}, data, key=jax.random.key(1), **SETTINGS
+    ),
+  }
+  for name, call in calls.items():
+    message = _one_line_error(call)
+    assert "returned an array of shape (32,)" in message, (name, message)
+    assert "must be a scalar" in message and "estimate_susceptibilities" in message, message
+  # A susceptibility's loss is the other way round: one loss per sample, not their mean.
+  message = _one_line_error(
+    lambda: slt.estimate_susceptibilities(loss_fn, w, data, data, key=jax.random.key(2), **SETTINGS)
+  )
+  assert "returned an array of shape ()" in message and "(32,)" in message, message
+  assert "estimate_llc" in message, message
+
+
+def test_data_leaves_of_different_lengths_are_refused_in_one_line_before_the_loss_runs():
+  x, y = _data()
+  traced = []
+
+  def watched_loss(params, batch):
+    traced.append(True)
+    return loss_fn(params, batch)
+
+  message = _one_line_error(
+    lambda: slt.estimate_llc(
+      watched_loss, {"w": jnp.zeros(3)}, (x, y[:200]), key=jax.random.key(1), **SETTINGS
+    )
+  )
+  assert "data[0] has 256, data[1] has 200" in message, message
+  assert "same leading (sample) length" in message, message
+  assert not traced  # refused before the user's loss was called
+  message = _one_line_error(
+    lambda: slt.estimate_susceptibilities(
+      per_sample_loss,
+      {"w": jnp.zeros(3)},
+      {"x": x, "y": y[:10]},
+      (x, y),
+      key=jax.random.key(2),
+      **SETTINGS,
+    )
+  )
+  assert "data['x'] has 256, data['y'] has 10" in message, message
