@@ -1,7 +1,7 @@
 """Amplitude before phase: two-layer networks on Fourier amplitude and phase tasks
 (arXiv:2605.16913).
 
-    python -m experiments.fourier_phase  # CPU defaults: 10 runs x 4 seeds, ~3 min
+    python -m experiments.fourier_phase  # CPU defaults: 10 runs x 4 seeds
     python -m experiments.fourier_phase --shape=16,16 --tasks=amplitude,spiked_principal --alpha=0,2
 
 Writes config.json, metrics.jsonl, summary.json and figures/*.png to --workdir (default

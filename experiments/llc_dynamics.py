@@ -1,7 +1,7 @@
 """The local learning coefficient over training: a deep linear network learning a rank-3 teacher
 mode by mode.
 
-    python -m experiments.llc_dynamics  # CPU defaults: 2 seeds, 40 checkpoints, ~4 min
+    python -m experiments.llc_dynamics  # CPU defaults: 2 seeds, 40 checkpoints
     python -m experiments.llc_dynamics --localization=100 --llc_draws=4000 --widths=4,6,6,4
 
 Writes config.json, metrics.jsonl, llc.jsonl, summary.json and figures/llc_dynamics.png to --workdir

@@ -2,7 +2,7 @@
 retraining on data re-weighted along the induction direction (promote / suppress), along a random
 direction of the same size (the control), or not at all.
 
-    python -m experiments.patterning_induction  # CPU defaults: 4 seeds × 4 conditions, ~11 min
+    python -m experiments.patterning_induction  # CPU defaults: 4 seeds × 4 conditions
     python -m experiments.patterning_induction --chi_step=400 --strength=0.8
 
 Writes config.json, metrics.jsonl, susceptibility.npz, summary.json and

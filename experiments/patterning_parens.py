@@ -1,7 +1,7 @@
 """Patterning on parenthesis balancing: does a susceptibility-based data re-weighting select the
 algorithm?
 
-    python -m experiments.patterning_parens  # CPU defaults: 8 seeds × 3 conditions, ~11 min
+    python -m experiments.patterning_parens  # CPU defaults: 8 seeds × 4 conditions
     python -m experiments.patterning_parens --chi_step=100 --ridge=1e-3
 
 Writes config.json, metrics.jsonl, patterning.json, summary.json and figures/patterning_parens.png

@@ -17,7 +17,10 @@ Two designs share the data, the model, the reference solutions and the retrainin
   the prefix cue (``base_rate_fractions``; with uniform negatives 81% do, and every seed learns
   prefix, a base rate that 8 seeds cannot see move). The study continues at ``neg_prefix_fraction``,
   by default the swept share whose counts share is nearest one half. Then the **reference
-  solutions** (one model forced to each algorithm by ``disagreement`` strings labelled by it), the
+  solutions** (one model forced to each algorithm by ``disagreement`` strings labelled by it; one
+  short of ``perfect_accuracy`` on the training set trains on to ``reference_max_steps``, and if it
+  is still short the study moves to the next share of that ranking, recording the share it passed
+  over, and stops with a one-line reason only when no share qualifies), the
   **response of each one's LLC** to every group of training strings, the re-weighting that lowers
   the target's LLC relative to the other's by ``llc_margin`` inside the linear regime, the
   **re-estimated LLCs** on the re-weighted data (predicted against measured Δλ), and **retraining**
@@ -53,6 +56,7 @@ from mechjax.studies import patterning_parens_llc as llc_design
 from mechjax.studies import patterning_parens_probe as probe_design
 from mechjax.studies.patterning_parens_base import OUTCOMES  # noqa: F401 (the study's names)
 from mechjax.studies.patterning_parens_base import Model
+from mechjax.studies.patterning_parens_base import NotASolution
 from mechjax.studies.patterning_parens_base import _refs_summary
 from mechjax.studies.patterning_parens_base import _train
 from mechjax.studies.patterning_parens_base import _wilcoxon
@@ -64,6 +68,7 @@ from mechjax.studies.patterning_parens_base import optimizer  # noqa: F401
 from mechjax.studies.patterning_parens_base import reference_solutions
 from mechjax.studies.patterning_parens_base import seed_outcomes
 from mechjax.studies.patterning_parens_base import train_condition
+from mechjax.train.loop import StudyStopped
 
 NAME = "patterning_parens"
 CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
@@ -130,6 +135,14 @@ class Config(config.Settings):
   reference_steps: int | None = config.setting(
     None,
     "Training steps of the forced reference solutions; unset (0): --steps.",
+    check=config.at_least(1),
+    unset=0,
+  )
+  reference_max_steps: int | None = config.setting(
+    None,
+    "Design llc: a forced reference below --perfect_accuracy on the training set after "
+    "--reference_steps trains on to this many steps before its share is passed over for the "
+    "next; unset (0): 4 × the reference steps.",
     check=config.at_least(1),
     unset=0,
   )
@@ -238,23 +251,78 @@ def choose_fraction(cfg: Config, sweep: list[dict]) -> tuple[float, str, bool]:
   """The share the study continues at: ``neg_prefix_fraction`` if set, else the swept share whose
   counts share is nearest one half (the first such). Returns it, how it was chosen, and whether its
   base rate lies in 25–75% (None when it was not swept)."""
+  return ranked_fractions(cfg, sweep)[0]
+
+
+def ranked_fractions(cfg: Config, sweep: list[dict]) -> list[tuple[float, str, bool]]:
+  """The shares the study may continue at, in the order it tries them: ``neg_prefix_fraction``
+  alone if set, else every swept share by how near its counts share is to one half (ties in sweep
+  order). Each as ``(share, how it was chosen, base rate in 25–75%)``."""
+
+  def in_range(row):
+    return None if row is None else bool(0.25 <= row["counts_share"] <= 0.75)
+
   if cfg.neg_prefix_fraction is not None:
     row = next((r for r in sweep if r["fraction"] == cfg.neg_prefix_fraction), None)
-    in_range = None if row is None else bool(0.25 <= row["counts_share"] <= 0.75)
-    return cfg.neg_prefix_fraction, "given", in_range
-  best = min(sweep, key=lambda r: abs(r["counts_share"] - 0.5))
-  return best["fraction"], "sweep", bool(0.25 <= best["counts_share"] <= 0.75)
+    return [(cfg.neg_prefix_fraction, "given", in_range(row))]
+  order = sorted(sweep, key=lambda r: abs(r["counts_share"] - 0.5))  # stable: sweep order on ties
+  return [(r["fraction"], "sweep", in_range(r)) for r in order]
+
+
+def solved_share(cfg: Config, model: Model, sweep: list[dict], ctx: frame.Context):
+  """The first share of :func:`ranked_fractions` whose forced references both train (each given
+  up to ``reference_max_steps``), as ``(share, chosen_by, in_range, data, refs, passed_over)``;
+  ``passed_over`` lists the shares tried before it and why. Stops the study
+  (:class:`~mechjax.train.loop.StudyStopped`) only when no share qualifies."""
+  passed_over = []
+  for rank, (fraction, chosen_by, in_range) in enumerate(ranked_fractions(cfg, sweep)):
+    data = make_data(cfg, fraction)
+    try:
+      refs = reference_solutions(
+        cfg,
+        model,
+        data,
+        ctx,
+        estimate_llcs=False,
+        require_solutions=True,
+        prefix="" if rank == 0 else f"share_{fraction:g}_",
+      )
+    except NotASolution as e:
+      passed_over.append(
+        {
+          "fraction": fraction,
+          "algorithm": e.algorithm,
+          "train_accuracy": e.train_accuracy,
+          "steps": e.steps,
+        }
+      )
+      ctx.log(f"passing over neg_prefix_fraction={fraction:g}: {e}")
+      continue
+    if passed_over:
+      chosen_by = (
+        f"{chosen_by}, rank {rank + 1} (the references of the shares before it do not train)"
+      )
+    return fraction, chosen_by, in_range, data, refs, passed_over
+  tried = "; ".join(
+    f"{p['fraction']:g}: the {p['algorithm']} reference reached {p['train_accuracy']:.3f} after "
+    f"{p['steps']} steps"
+    for p in passed_over
+  )
+  raise StudyStopped(
+    f"no share's forced references reach training accuracy perfect_accuracy="
+    f"{cfg.perfect_accuracy:g} ({tried}), so no reference LLC means anything; raise "
+    "--reference_max_steps, or try other --base_rate_fractions or another --seed"
+  )
 
 
 def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   t_start = time.perf_counter()
   model = Model(cfg)
   sweep, sweep_histories = base_rate_sweep(cfg, model, ctx)
-  fraction, chosen_by, in_range = choose_fraction(cfg, sweep)
+  fraction, chosen_by, in_range, data, refs, passed_over = solved_share(cfg, model, sweep, ctx)
   ctx.log(
     f"continuing at neg_prefix_fraction={fraction:g} ({chosen_by}; base rate in 25-75%: {in_range})"
   )
-  data = make_data(cfg, fraction)
   histories = {}
   if fraction in sweep_histories:
     histories["unweighted"] = sweep_histories[fraction]
@@ -263,7 +331,6 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       cfg, model, data, np.ones(cfg.n), "unweighted", ctx
     ).history
   t_sweep = time.perf_counter() - t_start
-  refs = reference_solutions(cfg, model, data, ctx, estimate_llcs=False, require_solutions=True)
   ids, names = groups(data["train"]["tokens"])
   num_groups = len(names)
   base = np.bincount(ids, minlength=num_groups) / len(ids)
@@ -312,6 +379,7 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "neg_prefix_fraction": fraction,
     "neg_prefix_fraction_chosen_by": chosen_by,
     "base_rate_in_25_75": in_range,
+    "shares_passed_over": passed_over,
     "reference_solutions": {
       a: {
         **r,
@@ -428,6 +496,11 @@ def report(summary: dict) -> list[str]:
   lines = ["  base-rate sweep (unweighted; share of negatives with the prefix cue: selected):"]
   for row in summary["base_rate_sweep"]:
     lines.append(f"    {row['fraction']:g}: {row['selected']}")
+  for p in summary.get("shares_passed_over", []):
+    lines.append(
+      f"  passed over {p['fraction']:g}: its forced {p['algorithm']} reference reached training "
+      f"accuracy {p['train_accuracy']:.3f} after {p['steps']} steps"
+    )
   lines.append(
     f"  continued at {summary['neg_prefix_fraction']:g} ({summary['neg_prefix_fraction_chosen_by']}"
     f"; base rate in 25-75%: {summary['base_rate_in_25_75']})"
@@ -435,8 +508,9 @@ def report(summary: dict) -> list[str]:
   for a, r in summary["reference_solutions"].items():
     lines.append(
       f"  reference {a}: LLC {r['llc']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains), "
-      f"train accuracy {r['train_accuracy']:.3f}, held-out {r['test_accuracy']:.3f}, counts rate "
-      f"{r['counts_rate']:.2f}"
+      f"train accuracy {r['train_accuracy']:.3f}"
+      + ("" if "steps" not in r else f" after {r['steps']} steps")
+      + f", held-out {r['test_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
       + (
         ""
         if r["train_accuracy"] >= summary.get("perfect_accuracy", 0.99)

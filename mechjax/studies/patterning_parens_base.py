@@ -25,6 +25,15 @@ from mechjax.train import loop
 OUTCOMES = (*parens.ALGORITHMS, "not perfect")
 
 
+class NotASolution(RuntimeError):
+  """A forced reference stayed below ``perfect_accuracy`` on the training set, even trained for
+  ``reference_max_steps``; ``algorithm``, ``train_accuracy`` and ``steps`` say which and how far."""
+
+  def __init__(self, message: str, algorithm: str, train_accuracy: float, steps: int):
+    super().__init__(message)
+    self.algorithm, self.train_accuracy, self.steps = algorithm, train_accuracy, steps
+
+
 def make_data(cfg, neg_prefix_fraction: float | None = None) -> dict:
   """Training set, held-out test set (same distribution, with ``neg_prefix_fraction`` of negatives
   carrying the prefix cue; None: uniform negatives), probes and the disagreement pool; each from its
@@ -213,9 +222,13 @@ def reference_solutions(
   on the training set alone (where both are perfect).
 
   With ``require_solutions`` a reference that is not perfect on the training set (accuracy below
-  ``perfect_accuracy``) is refused with a ``RuntimeError``: its LLC would not be that of a solution.
+  ``perfect_accuracy``) trains on, resuming its run, to ``reference_max_steps`` (when that is more),
+  and one still short of it is refused with :class:`NotASolution`: its LLC would not be that of a
+  solution. Each reference records ``steps`` (what it trained) and ``train_accuracy_at``, its
+  training accuracy after each stretch by step.
   """
-  steps = cfg.reference_steps or cfg.run.steps
+  first = cfg.reference_steps or cfg.run.steps
+  limit = max(first, cfg.reference_max_steps or 4 * first)
   out = {}
   train_j = _jnp(data["train"])
   probes = jnp.asarray(data["probes"]["tokens"])
@@ -225,22 +238,30 @@ def reference_solutions(
       "tokens": np.concatenate([data["train"]["tokens"], extra]),
       "label": np.concatenate([data["train"]["label"], parens.label(extra, algorithm)]),
     }
-    result = _train(
-      cfg,
-      model,
-      data,
-      np.ones(len(forced["label"])),
-      f"{prefix}reference_{algorithm}",
-      ctx,
-      num_seeds=1,
-      checkpoint_every=steps,
-      train_like=forced,
-      steps=None if cfg.reference_steps is None else steps,
-    )
-    params = jax.tree.map(lambda a: a[0], result.state["params"])
+    accuracy_at = {}
+    for steps in (first, limit) if require_solutions and limit > first else (first,):
+      result = _train(
+        cfg,
+        model,
+        data,
+        np.ones(len(forced["label"])),
+        f"{prefix}reference_{algorithm}",
+        ctx,
+        num_seeds=1,
+        checkpoint_every=steps,
+        train_like=forced,
+        steps=steps,
+      )
+      params = jax.tree.map(lambda a: a[0], result.state["params"])
+      steps = int(np.asarray(result.state["step"]).reshape(-1)[0])  # a resumed run may hold more
+      accuracy_at[steps] = float(model.accuracy(params, train_j))
+      if accuracy_at[steps] >= cfg.perfect_accuracy:
+        break
     out[algorithm] = {
       "params": params,
-      "train_accuracy": float(model.accuracy(params, train_j)),
+      "steps": steps,
+      "train_accuracy_at": {str(s): a for s, a in accuracy_at.items()},
+      "train_accuracy": accuracy_at[steps],
       "test_accuracy": float(model.accuracy(params, _jnp(data["test"]))),
       "counts_rate": float(model.counts_rate(params, probes)),
       "phi_counts": float(
@@ -253,10 +274,13 @@ def reference_solutions(
     }
     accuracy = out[algorithm]["train_accuracy"]
     if require_solutions and accuracy < cfg.perfect_accuracy:
-      raise RuntimeError(
+      raise NotASolution(
         f"the forced {algorithm} reference reached training accuracy {accuracy:.3f} < "
         f"perfect_accuracy={cfg.perfect_accuracy:g} after {steps} steps, so it is not a solution "
-        "and its LLC means nothing; raise --reference_steps (or use another --seed)"
+        "and its LLC means nothing; raise --reference_max_steps (or use another --seed)",
+        algorithm,
+        accuracy,
+        steps,
       )
     if estimate_llcs:
       est = llc_lib.estimate_llc(

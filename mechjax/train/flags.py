@@ -32,6 +32,7 @@ from absl import logging
 
 from mechjax import config as config_lib
 from mechjax.train.loop import NonFiniteError
+from mechjax.train.loop import StudyStopped
 from mechjax.train.workdir import WorkdirError
 
 FLAGS = flags.FLAGS
@@ -249,8 +250,8 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def run(main: Callable[[list[str]], None]) -> None:
-  """``absl.app.run`` with one-line errors for bad flags, refused configs, unusable workdirs and
-  non-finite losses."""
+  """``absl.app.run`` with one-line errors for bad flags, refused configs, unusable workdirs,
+  non-finite losses and studies that stop without a result."""
 
   def wrapped(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.
@@ -260,7 +261,7 @@ def run(main: Callable[[list[str]], None]) -> None:
     except (WorkdirError, FlagError) as e:
       print(f"error: {_one_line(e)}", file=sys.stderr)
       sys.exit(2)
-    except NonFiniteError as e:
+    except (NonFiniteError, StudyStopped) as e:
       print(f"error: {_one_line(e)}", file=sys.stderr)
       sys.exit(1)
 

@@ -46,6 +46,11 @@ class NonFiniteError(RuntimeError):
   """A loss or a parameter became NaN or infinite; the message names the step and the seed."""
 
 
+class StudyStopped(RuntimeError):
+  """A study cannot give a result with these settings; the message says why and what to change
+  (the command line prints it as one line)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
   """What the core needs to know about a learning problem.

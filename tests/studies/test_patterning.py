@@ -1,6 +1,9 @@
 """The pieces of the two patterning experiments that decide their outcome: groups, head masks, the
 induction direction's sign, the re-weighting step, the formation step and the induction metrics."""
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +16,7 @@ from mechjax.models.transformer import attention_patterns
 from mechjax.studies import patterning_induction as ind
 from mechjax.studies import patterning_parens as pp
 from mechjax.studies import patterning_parens_llc as pl
+from tests.helpers import ROOT
 from tests.helpers import check_report
 
 
@@ -143,23 +147,68 @@ TINY_PARENS = dict(
 
 
 @pytest.mark.slow
-def test_a_forced_reference_that_is_no_solution_is_refused_by_name(tmp_path):
+def test_a_forced_reference_short_of_perfect_trains_on_to_reference_max_steps(tmp_path):
   from mechjax.studies import frame
 
-  cfg = pp.Config().replace(**{**TINY_PARENS, "reference_steps": 1, "perfect_accuracy": 0.999})
+  cfg = pp.Config().replace(
+    **{**TINY_PARENS, "reference_steps": 1, "reference_max_steps": 300, "perfect_accuracy": 0.95}
+  )
   ctx = frame.Context(str(tmp_path), False, cfg.run)
-  with pytest.raises(RuntimeError, match=r"forced counts reference reached training accuracy"):
-    pp.reference_solutions(
-      cfg, pp.Model(cfg), pp.make_data(cfg, 0.5), ctx, estimate_llcs=False, require_solutions=True
-    )
+  refs = pp.reference_solutions(
+    cfg, pp.Model(cfg), pp.make_data(cfg, 0.5), ctx, estimate_llcs=False, require_solutions=True
+  )
+  for algorithm, r in refs.items():
+    assert r["train_accuracy_at"]["1"] < 0.95, algorithm  # one step is not enough: it trained on
+    assert r["steps"] == 300 and r["train_accuracy"] == r["train_accuracy_at"]["300"] >= 0.95
 
 
 @pytest.mark.slow
-def test_parens_llc_design_end_to_end_and_resume_reuses_the_analysis(tmp_path, monkeypatch):
-  cfg = pp.Config().replace(**TINY_PARENS)
+def test_parens_stops_with_one_line_only_when_no_share_qualifies(tmp_path):
+  flags = [f"--{k}={v}" for k, v in TINY_PARENS.items() if k != "base_rate_fractions"]
+  flags += ["--base_rate_fractions=0.5,0.3", "--reference_steps=1", "--reference_max_steps=2"]
+  flags += ["--perfect_accuracy=0.999", f"--workdir={tmp_path / 'run'}"]
+  r = subprocess.run(
+    [sys.executable, "-m", "experiments.patterning_parens", *flags],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert r.returncode == 1, r.stderr[-2000:]
+  last = r.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: no share's forced references reach training accuracy"), last
+  assert "0.5: the" in last and "0.3: the" in last and "--reference_max_steps" in last
+  assert "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_parens_llc_design_end_to_end_past_a_share_whose_reference_does_not_train(
+  tmp_path, monkeypatch
+):
+  """The whole llc design where the first share's forced references cannot train: the study moves
+  to the next share of the sweep's ranking, records the one it passed over, and resumes from the
+  saved analysis."""
+  cfg = pp.Config().replace(**{**TINY_PARENS, "base_rate_fractions": (0.5, 0.3)})
+  real = pp.reference_solutions
+  tried = []
+
+  def first_share_cannot_train(cfg, model, data, ctx, **kw):
+    # The first share's references (run prefix "") get a bar two steps cannot reach, so the real
+    # check refuses them; the next share's are trained as configured.
+    tried.append(kw.get("prefix", ""))
+    if kw.get("prefix", "") == "":
+      cfg = cfg.replace(reference_steps=1, reference_max_steps=2, perfect_accuracy=0.999)
+    return real(cfg, model, data, ctx, **kw)
+
+  monkeypatch.setattr(pp, "reference_solutions", first_share_cannot_train)
   summary = pp.run(cfg, str(tmp_path), progress=False)
-  assert [r["fraction"] for r in summary["base_rate_sweep"]] == [0.5]
-  assert summary["neg_prefix_fraction"] == 0.5
+  assert [r["fraction"] for r in summary["base_rate_sweep"]] == [0.5, 0.3]
+  first, second = pp.ranked_fractions(cfg, summary["base_rate_sweep"])[:2]
+  assert [p["fraction"] for p in summary["shares_passed_over"]] == [first[0]]
+  assert summary["shares_passed_over"][0]["steps"] == 2
+  assert summary["neg_prefix_fraction"] == second[0]
+  assert "rank 2" in summary["neg_prefix_fraction_chosen_by"]
+  assert tried == ["", f"share_{second[0]:g}_"]  # the second share's references are its own runs
   assert set(summary["conditions"]) == set(pp.LLC_CONDITIONS)
   for c, o in summary["conditions"].items():
     assert sum(o["selected"].values()) == 2, c
@@ -172,7 +221,9 @@ def test_parens_llc_design_end_to_end_and_resume_reuses_the_analysis(tmp_path, m
   # The random control moves as much, or as far as mixing toward its random distribution can.
   assert tvs[2] <= max(tvs[:2]) + 1e-9 and tvs[2] > 0
   assert sorted(check_report(tmp_path)) == ["figures/patterning_parens.png"]
-  assert any("predicted" in line for line in pp.report(summary))
+  lines = pp.report(summary)
+  assert any("predicted" in line for line in lines)
+  assert any(line.startswith(f"  passed over {first[0]:g}: its forced") for line in lines)
   monkeypatch.setattr(pl, "llc_responses", lambda *a, **k: pytest.fail("recomputed the analysis"))
   (tmp_path / "summary.json").unlink()  # interrupted after the analysis stage
   again = pp.run(cfg, str(tmp_path), progress=False)
