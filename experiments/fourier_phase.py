@@ -7,6 +7,9 @@
 Writes config.json, metrics.jsonl, summary.json and figures/*.png to --workdir (default
 runs/fourier_phase). The settings and their flags: mechjax/studies/fourier_phase.py (Config);
 `--help` lists them.
+
+Afterwards open report.html in --workdir: the results, the figures with their captions, then the
+config and the whole summary.
 """
 
 from mechjax.studies import fourier_phase

@@ -7,6 +7,9 @@ mode by mode.
 Writes config.json, metrics.jsonl, llc.jsonl, summary.json and figures/llc_dynamics.png to --workdir
 (default runs/llc_dynamics). See mechjax/studies/llc_dynamics.py for what is estimated and compared.
 The settings and their flags: mechjax/studies/llc_dynamics.py (Config); `--help` lists them.
+
+Afterwards open report.html in --workdir: the results, the figures with their captions, then the
+config and the whole summary.
 """
 
 from mechjax.studies import llc_dynamics

@@ -9,6 +9,9 @@ Writes config.json, metrics.jsonl, susceptibility.npz, summary.json and
 figures/induction_{susceptibility, formation}.png to --workdir (default runs/patterning_induction).
 See mechjax/studies/patterning_induction.py. The settings and their flags:
 mechjax/studies/patterning_induction.py (Config); `--help` lists them.
+
+Afterwards open report.html in --workdir: the results, the figures with their captions, then the
+config and the whole summary.
 """
 
 from mechjax.studies import patterning_induction

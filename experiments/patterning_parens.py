@@ -8,6 +8,9 @@ Writes config.json, metrics.jsonl, patterning.json, summary.json and figures/pat
 to --workdir (default runs/patterning_parens). See mechjax/studies/patterning_parens.py for the
 stages. The settings and their flags: mechjax/studies/patterning_parens.py (Config); `--help` lists
 them.
+
+Afterwards open report.html in --workdir: the results, the figures with their captions, then the
+config and the whole summary.
 """
 
 from mechjax.studies import patterning_parens

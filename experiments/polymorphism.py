@@ -8,6 +8,9 @@ on one batch and evaluates everything on a held-out batch. Writes config.json, m
 summary.json, pairs.json, rotations.npz, table.md (the per-site table) and figures/*.png to
 --workdir (default runs/polymorphism). The settings and their flags: mechjax/studies/polymorphism.py
 (Config); `--help` lists them.
+
+Afterwards open report.html in --workdir: the results, the figures with their captions, then the
+config and the whole summary.
 """
 
 from mechjax.studies import polymorphism

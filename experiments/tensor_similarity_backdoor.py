@@ -10,6 +10,9 @@ the target class, and without poison (the control). Writes config.json, metrics.
 similarity.json and figures/backdoor_similarity.png to --workdir (default
 runs/tensor_similarity_backdoor). The settings and their flags: mechjax/studies/tensor_backdoor.py
 (Config); `--help` lists them.
+
+Afterwards open report.html in --workdir: the results, the figures with their captions, then the
+config and the whole summary.
 """
 
 from mechjax.studies import tensor_backdoor

@@ -9,6 +9,9 @@ tensor similarity, logit cosine on all P² inputs, weight cosine and CKA. Writes
 metrics.jsonl, summary.json, similarity.npz and figures/*.png to --workdir (default
 runs/tensor_similarity_grokking). The settings and their flags: mechjax/studies/tensor_grokking.py
 (Config); `--help` lists them.
+
+Afterwards open report.html in --workdir: the results, the figures with their captions, then the
+config and the whole summary.
 """
 
 from mechjax.studies import tensor_grokking

@@ -1,9 +1,11 @@
 """``report.html``: a run, or a sweep, at a glance in a browser, without a server.
 
-A run's report shows its config (``config.json``), what it ran on (``metadata.json``), its
-summary as a table (nested keys joined by dots) and every figure in ``figures/``, linked by relative
-paths so that the folder can be moved or copied as a whole. A sweep root's report shows the results
-table, ``results.png`` when there is one, and links to each member's own report.
+A run's report leads with the study's results (the lines its ``report(summary)`` prints) and every
+figure in ``figures/`` with its caption; then its config (``config.json``) and what it ran on
+(``metadata.json``); last, collapsed, the whole summary as a table (nested keys joined by dots,
+floats to 4 significant digits). Files are linked by relative paths, so the folder can be moved or
+copied as a whole. A sweep root's report leads with the results table (one row per member, linking
+its own report) and ``results.png`` when there is one.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ td.value { font-family: monospace; word-break: break-all; }
 figure { display: inline-block; margin: 0 1em 1em 0; } figure img { max-width: 100%; }
 figcaption { font-family: monospace; font-size: 0.85em; color: #555; }
 .muted { color: #777; }
+pre.results { background: #f7f7f7; border: 1px solid #ddd; padding: 0.8em; font-size: 0.9em;
+              overflow-x: auto; }
+details summary { cursor: pointer; font-weight: bold; margin-top: 2em; }
 """
 
 
@@ -48,7 +53,10 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _cell(value: Any) -> str:
-  text = value if isinstance(value, str) else json.dumps(value)
+  if isinstance(value, float):
+    text = f"{value:.4g}"
+  else:
+    text = value if isinstance(value, str) else json.dumps(value)
   if len(text) <= _MAX_CELL:
     return html.escape(text)
   return f'<span title="{html.escape(text)}">{html.escape(text[:_MAX_CELL])}…</span>'
@@ -88,7 +96,13 @@ def _page(title: str, body: str) -> str:
   )
 
 
-def write_run_report(workdir: str, summary: dict | None = None, title: str | None = None) -> str:
+def write_run_report(
+  workdir: str,
+  summary: dict | None = None,
+  title: str | None = None,
+  lines: Iterable[str] = (),
+  captions: dict[str, str] | None = None,
+) -> str:
   """Writes ``<workdir>/report.html`` and returns its path.
 
   Args:
@@ -96,6 +110,8 @@ def write_run_report(workdir: str, summary: dict | None = None, title: str | Non
       writes them (:mod:`mechjax.train.workdir`).
     summary: the run's summary; by default read from ``summary.json``.
     title: the page's title; by default the experiment in the command line, or the folder's name.
+    lines: the study's results, as its ``report(summary)`` prints them; shown first.
+    captions: one line per figure file name (``"loss.png"``), saying what its curves and bands are.
   """
   config = _load(os.path.join(workdir, "config.json"))
   metadata = _load(os.path.join(workdir, "metadata.json"))
@@ -107,10 +123,24 @@ def write_run_report(workdir: str, summary: dict | None = None, title: str | Non
     title = f"{module or os.path.basename(os.path.abspath(workdir))}: {os.path.abspath(workdir)}"
   shown = {k: v for k, v in summary.items() if k != "figures"}
   figures = figures_in(workdir, summary.get("figures", []))
+  captions = captions or {}
+
+  def caption(f):
+    text = captions.get(os.path.basename(f))
+    return (
+      html.escape(text) + " " if text else ""
+    ) + f'<span class="muted">({html.escape(f)})</span>'
+
   figure_html = "".join(
     f'<figure><a href="{html.escape(f)}"><img src="{html.escape(f)}" alt="{html.escape(f)}"></a>'
-    f"<figcaption>{html.escape(f)}</figcaption></figure>"
+    f"<figcaption>{caption(f)}</figcaption></figure>"
     for f in figures
+  )
+  lines = [str(line) for line in lines]
+  results = (
+    '<h2>Results</h2><pre class="results">' + html.escape("\n".join(lines)) + "</pre>"
+    if lines
+    else ""
   )
   files = sorted(
     {
@@ -123,15 +153,17 @@ def write_run_report(workdir: str, summary: dict | None = None, title: str | Non
   file_links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in files)
   resumes = len((metadata or {}).get("resumes", []))
   body = (
-    f"<p>Files: {file_links or '(none)'}</p>"
-    "<h2>Summary</h2>"
-    + _table(shown, "no summary")
+    results
     + "<h2>Figures</h2>"
     + (figure_html or '<p class="muted">no figures</p>')
+    + f"<p>Files: {file_links or '(none)'}</p>"
     + "<h2>Config</h2>"
     + _table(config, "no config.json")
     + f"<h2>Ran on</h2><p class='muted'>metadata.json; resumed {resumes} time(s)</p>"
     + _table({k: v for k, v in (metadata or {}).items() if k != "resumes"}, "no metadata.json")
+    + "<details><summary>Summary: every value of summary.json</summary>"
+    + _table(shown, "no summary")
+    + "</details>"
   )
   path = os.path.join(workdir, FILE)
   tmp = path + ".tmp"
@@ -168,7 +200,9 @@ def write_sweep_report(
     cells = "".join(f'<td class="value">{_cell(r[c]) if c in r else ""}</td>' for c in columns)
     body_rows.append(f"<tr><td>{link}</td>{cells}</tr>")
   figure = (
-    '<h2>Results</h2><figure><img src="results.png" alt="results.png"></figure>'
+    '<h2>Figure</h2><figure><img src="results.png" alt="results.png"><figcaption>results.png: '
+    "one summary value of each finished member against one swept flag, a line per setting of "
+    "the other flags</figcaption></figure>"
     if os.path.exists(os.path.join(root, "results.png"))
     else ""
   )
@@ -179,8 +213,8 @@ def write_sweep_report(
   body = (
     f"<p>{len(rows)} members: {html.escape(counts)}. "
     '<a href="results.csv">results.csv</a> · <a href="results.json">results.json</a></p>'
-    + figure
     + f"<h2>Members</h2><table><tr>{head}</tr>{''.join(body_rows)}</table>"
+    + figure
   )
   path = os.path.join(root, FILE)
   with open(path + ".tmp", "w") as f:

@@ -46,6 +46,53 @@ def test_run_report_shows_summary_config_metadata_and_every_figure(tmp_path):
   assert 'href="summary.json"' in page
 
 
+def test_the_report_leads_with_the_results_and_captioned_figures_and_ends_with_the_summary(
+  tmp_path,
+):
+  wd = _workdir(tmp_path)
+  lines = ["  seeds at target: 4/4", "  exponent 3.15 <results & more>"]
+  path = report.write_run_report(
+    str(wd),
+    {"sd": 0.003107402847011195, "figures": ["red.png"]},
+    lines=lines,
+    captions={"red.png": "Lines: means over seeds; bands: ±1 sd."},
+  )
+  page = open(path).read()
+  order = [
+    page.index(s) for s in ("seeds at target", "<img", "Lines: means over seeds", "<h2>Config")
+  ]
+  assert order == sorted(order), order
+  assert "&lt;results &amp; more&gt;" in page  # the lines are escaped, not markup
+  details = page.index("<details>")
+  assert details > page.index("<h2>Ran on") and page.index('key">sd<') > details
+  assert ">0.003107<" in page and "0.003107402847011195" not in page  # 4 significant digits
+
+
+def test_a_studys_report_html_carries_its_report_lines(tmp_path):
+  from mechjax.studies import frame
+
+  @frame.study
+  def body(cfg, ctx):
+    return frame.Outputs({"answer": 42.0})
+
+  import sys
+
+  module = sys.modules[body.__module__]
+  real = getattr(module, "report", None)
+  module.report = lambda summary: [f"  the answer is {summary['answer']:g}"]
+  try:
+    from mechjax import config
+
+    body(config.RunSettings(), str(tmp_path / "wd"), progress=False)
+  finally:
+    if real is None:
+      del module.report
+    else:
+      module.report = real
+  page = (tmp_path / "wd" / "report.html").read_text()
+  assert "<h2>Results</h2>" in page and "the answer is 42" in page
+
+
 def test_long_values_are_cut_with_the_full_value_in_a_tooltip(tmp_path):
   wd = _workdir(tmp_path)
   report.write_run_report(str(wd), {"curve": list(range(500))})

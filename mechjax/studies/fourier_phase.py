@@ -330,7 +330,22 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     histories[cond.run] = result.history
     summary["conditions"][cond.run] = summarize_condition(cfg, cond, result.history)
   summary["spike_gains_vs_alpha0"] = spike_gains(summary)
-  return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, histories, folder))
+  return frame.Outputs(
+    summary, figures=lambda folder: plot_all(cfg, histories, folder), captions=captions(cfg)
+  )
+
+
+def captions(cfg: Config) -> dict[str, str]:
+  """One line per figure: what its curves and shaded bands are."""
+  band = f"lines: the mean over {cfg.run.num_seeds} seeds; shaded bands: ±1 sd over seeds"
+  return {
+    "amplitude_vs_phase.png": "Test accuracy against training samples: the amplitude task and "
+    f"each phase task at its best alpha; {band}; dotted: the target accuracy.",
+    "phase_vs_alpha.png": "Test accuracy of each phase task against training samples, one line "
+    f"per power-spectrum exponent alpha; {band}; dotted: the target accuracy.",
+    "information_used.png": "Test accuracy on the clean test set, with phases scrambled "
+    f"(amplitudes only) and with amplitudes whitened (phases only); {band}.",
+  }
 
 
 def report(summary: dict) -> list[str]:

@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import json
 import os
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -113,11 +114,14 @@ class Outputs:
       the names are recorded in the summary under ``"figures"``.
     files: extra outputs by file name: ``.json`` (a tree), ``.npz`` (a dict of arrays) or text
     (``.md``, ...).
+    captions: one line per figure file name, saying what its curves and shaded bands are
+      (report.html shows it under the figure).
   """
 
   summary: dict
   figures: Callable[[str], list[str]] | None = None
   files: dict[str, Any] = dataclasses.field(default_factory=dict)
+  captions: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _write(path: str, obj: Any) -> None:
@@ -132,10 +136,10 @@ def _write(path: str, obj: Any) -> None:
       f.write(obj if obj.endswith("\n") else obj + "\n")
 
 
-def finish(workdir: str, outputs: Outputs) -> dict:
-  """Writes the figures, the extra files, ``report.html`` (:mod:`mechjax.report`) and
-  ``summary.json`` (last), on the writer process; returns the summary (with ``"figures"`` on the
-  writer)."""
+def finish(workdir: str, outputs: Outputs, report_lines: Callable | None = None) -> dict:
+  """Writes the figures, the extra files, ``report.html`` (:mod:`mechjax.report`; led by
+  ``report_lines(summary)``, the study's results) and ``summary.json`` (last), on the writer
+  process; returns the summary (with ``"figures"`` on the writer)."""
   summary = dict(outputs.summary)
   if metrics_lib.is_writer():
     if outputs.figures is not None:
@@ -144,7 +148,8 @@ def finish(workdir: str, outputs: Outputs) -> dict:
       summary["figures"] = [os.path.basename(f) for f in outputs.figures(folder)]
     for name, obj in outputs.files.items():
       _write(os.path.join(workdir, name), obj)
-    report.write_run_report(workdir, summary)
+    lines = [] if report_lines is None else report_lines(summary)
+    report.write_run_report(workdir, summary, lines=lines, captions=outputs.captions)
     metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
   return summary
 
@@ -176,7 +181,8 @@ def study(body: Callable[[Any, Context], Outputs]):
       with open(os.path.join(workdir, "summary.json")) as f:
         return json.load(f)
     ctx = Context(workdir, progress, getattr(cfg, "run", None), tensorboard)
-    return finish(workdir, body(cfg, ctx))
+    module = sys.modules.get(body.__module__)
+    return finish(workdir, body(cfg, ctx), getattr(module, "report", None))
 
   run.__doc__ = (body.__doc__ or "") + (
     "\n\n  Called as ``run(cfg, workdir, *, overwrite=False, progress=True, tensorboard=False) -> "

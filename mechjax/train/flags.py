@@ -188,7 +188,8 @@ def experiment(study: ModuleType, module_name: str):
 
   ``main()`` parses the flags into a ``Config``, calls ``study.run(cfg, --workdir,
   overwrite=--overwrite)`` (which applies the workdir contract itself, so a call from Python obeys
-  the same rules), and prints where the outputs are and ``study.report(summary)``. A study with
+  the same rules), and prints ``study.report(summary)`` and then, last, where the outputs are,
+  naming ``report.html``. A study with
   ``CPU_CORES_AS_DEVICES = True`` makes every CPU core a JAX device first
   (:func:`cpu_cores_as_devices`). Use it as::
 
@@ -211,10 +212,10 @@ def experiment(study: ModuleType, module_name: str):
     summary = study.run(
       cfg, FLAGS.workdir, overwrite=FLAGS.overwrite, tensorboard=FLAGS.tensorboard
     )
-    if "figures" in summary:
-      print(f"wrote {FLAGS.workdir}/summary.json and figures/: {', '.join(summary['figures'])}")
     for line in study.report(summary):
       print(line)
+    figures = f" and figures/ ({', '.join(summary['figures'])})" if summary.get("figures") else ""
+    print(f"wrote {FLAGS.workdir}/summary.json{figures}; open {FLAGS.workdir}/report.html")
 
   return lambda: run(body)
 

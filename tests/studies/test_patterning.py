@@ -224,6 +224,7 @@ def test_parens_llc_design_end_to_end_past_a_share_whose_reference_does_not_trai
   lines = pp.report(summary)
   assert any("predicted" in line for line in lines)
   assert any(line.startswith(f"  passed over {first[0]:g}: its forced") for line in lines)
+  assert "passed over" in (tmp_path / "report.html").read_text()  # the report leads with the lines
   monkeypatch.setattr(pl, "llc_responses", lambda *a, **k: pytest.fail("recomputed the analysis"))
   (tmp_path / "summary.json").unlink()  # interrupted after the analysis stage
   again = pp.run(cfg, str(tmp_path), progress=False)

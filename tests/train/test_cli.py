@@ -84,6 +84,10 @@ def test_finished_run_is_not_retrained_and_overwrite_starts_afresh(tmp_path):
   ):
     assert (wd / f).exists(), f
   check_report(wd)
+  assert r.stdout.strip().splitlines()[-1].endswith(f"open {wd}/report.html")  # the last line
+  page = (wd / "report.html").read_text()
+  assert page.index("<h2>Results</h2>") < page.index("<img") < page.index("<h2>Config")
+  assert "shaded bands: ±1 sd over seeds" in page  # the figures' captions
   before = {f: (wd / f).stat().st_mtime_ns for f in ("metrics.jsonl", "summary.json")}
   r = run_module("experiments.fourier_phase", *args)
   assert r.returncode == 0 and "complete" in r.stdout
