@@ -26,10 +26,10 @@ def run_module(
   )
 
 
-def check_report(workdir) -> list[str]:
+def check_report(workdir, captioned: bool = True) -> list[str]:
   """Parses ``<workdir>/report.html`` and checks that it shows every figure in ``figures/`` (each
-  ``<img>`` pointing at a file that exists), the config's settings and the run metadata; returns the
-  figures it shows."""
+  ``<img>`` pointing at a file that exists), with a caption beyond its file name when
+  ``captioned``, the config's settings and the run metadata; returns the figures it shows."""
   import html.parser
   import json
 
@@ -38,14 +38,24 @@ def check_report(workdir) -> list[str]:
   class Parser(html.parser.HTMLParser):
     def __init__(self):
       super().__init__()
-      self.images, self.text = [], []
+      self.images, self.text, self.captions = [], [], []
+      self.in_caption = False
 
     def handle_starttag(self, tag, attrs):
       if tag == "img":
         self.images.append(dict(attrs)["src"])
+      elif tag == "figcaption":
+        self.in_caption = True
+        self.captions.append("")
+
+    def handle_endtag(self, tag):
+      if tag == "figcaption":
+        self.in_caption = False
 
     def handle_data(self, data):
       self.text.append(data)
+      if self.in_caption:
+        self.captions[-1] += data
 
   parser = Parser()
   with open(os.path.join(workdir, "report.html")) as f:
@@ -56,6 +66,10 @@ def check_report(workdir) -> list[str]:
   assert sorted(parser.images) == figures, (parser.images, figures)
   for src in parser.images:
     assert os.path.isfile(os.path.join(workdir, src)), src
+  if captioned:
+    for src, caption in zip(parser.images, parser.captions):
+      said = caption.replace(f"({src})", "").strip()
+      assert len(said) > 20, f"{src} has no caption saying what its curves and bands are"
   with open(os.path.join(workdir, "config.json")) as f:
     for key in json.load(f):
       assert key in text, f"report.html does not show the setting {key}"

@@ -318,7 +318,9 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   figures."""
   histories, summary = {}, {"target_accuracy": cfg.target_accuracy, "conditions": {}}
   optimizer = optax.sgd(cfg.learning_rate)
-  for cond in conditions(cfg):
+  conds = conditions(cfg)
+  ctx.plan(len(conds), "condition")
+  for cond in conds:
     result = ctx.train(
       cond.run,
       make_problem(cfg, cond),

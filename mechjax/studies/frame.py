@@ -39,6 +39,7 @@ from mechjax import config as config_lib
 from mechjax import report
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
+from mechjax.train import progress as progress_lib
 from mechjax.train import workdir as workdir_lib
 
 FORMATS = ("json", "npz")
@@ -53,6 +54,13 @@ class Context:
   progress: bool = True
   run: config_lib.RunSettings | None = None  # the study's ``cfg.run``
   tensorboard: bool = False  # also write TensorBoard event files (``--tensorboard``)
+  _plan: progress_lib.Plan | None = dataclasses.field(default=None, init=False, repr=False)
+
+  def plan(self, total: int, noun: str = "run") -> None:
+    """Declares that the study trains ``total`` runs (``noun`` names one: "condition", ...), so that
+    every :meth:`train` progress line gives its position, "condition 3/10", and the ETA of all of
+    them."""
+    self._plan = progress_lib.Plan(total, noun)
 
   def train(self, name: str, problem: loop.Problem, optimizer, **overrides) -> loop.TrainResult:
     """:func:`mechjax.train.loop.train` of run ``name`` in this workdir, with the study's run
@@ -71,7 +79,22 @@ class Context:
       progress=self.progress,
       tensorboard=self.tensorboard,
     )
-    return loop.train(problem, optimizer, workdir=self.workdir, run=name, **{**kwargs, **overrides})
+    if self._plan is None:
+      return loop.train(
+        problem, optimizer, workdir=self.workdir, run=name, **{**kwargs, **overrides}
+      )
+    self._plan.begin()
+    try:
+      return loop.train(
+        problem,
+        optimizer,
+        workdir=self.workdir,
+        run=name,
+        plan=self._plan,
+        **{**kwargs, **overrides},
+      )
+    finally:
+      self._plan.end()
 
   def path(self, name: str) -> str:
     return os.path.join(self.workdir, name)

@@ -445,6 +445,15 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         cfg, histories, threshold, formation, os.path.join(folder, "induction_formation.png")
       ),
     ],
+    captions={
+      "induction_susceptibility.png": "Left and middle: the susceptibility χ at one checkpoint, "
+      "averaged over the probe sequences of each group, per attention head and position, on "
+      "repeated and on random sequences (the dotted line is where the repeat starts). Right: the "
+      "token weights of the promote and suppress conditions over the unweighted ones, by position.",
+      "induction_formation.png": "The loss at the induction positions (left) and the best layer-2 "
+      "head's prefix-matching score (right) during training, per condition: thick lines are the "
+      "means over seeds, thin lines each seed; dotted verticals mark each seed's formation step.",
+    },
   )
 
 

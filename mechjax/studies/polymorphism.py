@@ -228,6 +228,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   model = model_of(cfg)
   summary = {"sites": analysis.analysis_sites(cfg.num_layers), "optimizers": {}}
   histories, details, all_rotations = {}, {}, {}
+  ctx.plan(len(cfg.optimizers), "optimizer")
   for name in cfg.optimizers:
     result = ctx.train(
       f"transformer_{name}", make_problem(cfg), make_optimizer(cfg, name), summarize=_progress_text
@@ -278,6 +279,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       "rotations.npz": all_rotations,
       "pairs.json": details,
     },
+    captions=report_lib.captions(cfg),
   )
 
 

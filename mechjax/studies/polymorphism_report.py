@@ -61,6 +61,27 @@ def _assignment_order(r: np.ndarray) -> np.ndarray:
   return cols[np.argsort(rows)]
 
 
+def captions(cfg) -> dict[str, str]:
+  """One line per figure: what its curves, bars and bands are."""
+  return {
+    "training.png": f"Test accuracy of each head during training, per optimizer: lines are the "
+    f"means over {cfg.run.num_seeds} seeds, shaded bands ±1 sd over seeds.",
+    "dictionary_transfer.png": "Held-out explained variance of an SAE at each site: on its own "
+    "seed (the ceiling), moved to another seed as is, and moved through the fitted rotation sR; "
+    "with the best |cos| between the raw decoders. Bars are means over seeds (within) or seed "
+    "pairs (the rest).",
+    "haar_tests.png": "p-values per site: the kurtosis test for a privileged basis of the "
+    "activations, and each Haar test of the fitted rotation; bars are medians over seeds or seed "
+    "pairs, the dotted line is 0.05.",
+    "steering_transfer.png": "A steering vector's effect in another seed, over that seed's own "
+    "vector: moved through sR, moved as is, and a random vector of the same norm. Bars are means "
+    "over seed pairs and directions.",
+    "rotation_matrices.png": "The fitted rotation from seed 0 to seed 1 at the last site, columns "
+    "matched to rows: a privileged basis shows as a bright signed diagonal. A Haar-random rotation "
+    "with the same matching is beside it for reference.",
+  }
+
+
 def plot_all(cfg, summary: dict, histories: dict, rotations: dict, figures: str) -> list[str]:
   """Writes the five figures into the folder ``figures``; returns their paths."""
   written = []

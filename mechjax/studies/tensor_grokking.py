@@ -290,6 +290,16 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     summary,
     figures=lambda folder: plot_all(cfg, history, steps, matrices, seeds, folder),
     files={"similarity.npz": {"steps": np.array(steps), **matrices}},
+    captions={
+      "grokking_accuracy.png": "Train and test accuracy during training, seed 0 solid and the "
+      "other seeds faint; dashed lines mark seed 0's memorised and generalised steps, ticks the "
+      "checkpoints compared.",
+      "grokking_similarity_matrices.png": "Each measure's similarity between every pair of seed "
+      "0's checkpoints, in training order.",
+      "grokking_tensor_vs_logit.png": "Left: tensor similarity against logit cosine for every "
+      "pair of seed 0's checkpoints; the dotted line is equality. Right: each measure's "
+      "similarity of every checkpoint to the final one, dashed lines the two phases.",
+    },
   )
 
 

@@ -35,6 +35,7 @@ import optax
 from mechjax import sharding as sharding_lib
 from mechjax.train import checkpoint as ckpt_lib
 from mechjax.train import metrics as metrics_lib
+from mechjax.train.progress import Plan
 from mechjax.train.progress import Progress
 
 Params = Any
@@ -239,6 +240,7 @@ def train(
   hyperparams: dict[str, Sequence[float]] | None = None,
   tensorboard: bool = False,
   member_data: Any = None,
+  plan: Plan | None = None,
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
@@ -282,6 +284,9 @@ def train(
       teacher per member, so that several teachers train in the one program); the problem's
       ``loss`` and ``evaluate`` get each member's slice as a third argument. It is checkpointed
       with the state, and a resume with different ``member_data`` is refused.
+    plan: the study's :class:`~mechjax.train.progress.Plan` of training runs; the progress line
+      then also gives this run's position among them and the whole study's ETA. The caller calls
+      its ``begin`` and ``end`` around this run (:meth:`mechjax.studies.frame.Context.train` does).
 
   Returns:
     A :class:`TrainResult`: the final state, this run's metrics rows, the step it resumed from, and
@@ -339,7 +344,7 @@ def train(
       return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from, restore)
 
     chunk_fn = make_chunk_fn(problem, optimizer)
-    bar = Progress(run, steps, start, enabled=progress)
+    bar = Progress(run, steps, start, enabled=progress, plan=plan)
     step = start
     saves = {int(e) for e in checkpoint_steps}
     for end in chunk_ends(start, steps, log_every, checkpoint_every, saves):

@@ -47,7 +47,7 @@ def test_python_call_writes_config_and_refuses_a_mismatched_resume(tmp_path):
   assert (tmp_path / "notes.md").read_text() == "written last but one\n" and (
     tmp_path / "figures/plot.png"
   ).exists()
-  assert check_report(tmp_path) == ["figures/plot.png"]
+  assert check_report(tmp_path, captioned=False) == ["figures/plot.png"]
   with pytest.raises(WorkdirError, match=r"--scale=2.0 \(now 3.0\)"):
     run(Config(scale=3.0), tmp_path, progress=False)
   # A finished run is not recomputed; its summary comes back from disk.
