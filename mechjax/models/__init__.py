@@ -1,6 +1,7 @@
 """The models the studies train, as flax modules: two-layer MLPs, bilinear networks (with their
 weight symmetries and the export to layers for tensor similarity), a small transformer and a
-top-k sparse autoencoder.
+top-k sparse autoencoder; and pretrained GPT-2, GPT-NeoX (Pythia), Llama and Qwen2 checkpoints read
+from a Hugging Face directory (:mod:`mechjax.models.pretrained`).
 
 Example::
 
@@ -13,6 +14,7 @@ Example::
 from mechjax.models import bilinear
 from mechjax.models import convert
 from mechjax.models import mlp
+from mechjax.models import pretrained
 from mechjax.models import sae
 from mechjax.models import transformer
 from mechjax.models.bilinear import Bilinear
@@ -35,6 +37,7 @@ __all__ = [
   "bilinear",
   "convert",
   "mlp",
+  "pretrained",
   "sae",
   "sae_loss",
   "transformer",

@@ -1,0 +1,699 @@
+"""Pretrained language models from a Hugging Face checkpoint directory, without torch.
+
+``load(directory)`` reads ``config.json`` and the weights (``model.safetensors``, sharded
+``model-XXXXX-of-YYYYY.safetensors`` with ``model.safetensors.index.json``, or, where torch is
+installed, ``pytorch_model.bin``) and returns a flax module and its params::
+
+    model, params = pretrained.load("checkpoints/pythia-70m")
+    logits = model.apply({"params": params}, tokens_BxT)                  # (B, T, vocab)
+    logits, sites = model.apply({"params": params}, tokens_BxT, return_sites=True)
+
+Architectures (``config.json``'s ``architectures``): ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``
+(Pythia), ``LlamaForCausalLM`` and ``Qwen2ForCausalLM``. A config value that would change the
+function and is not implemented (a rope scaling type, a sliding window, another activation) is
+refused by name.
+
+One module, :class:`DecoderLM`, computes all of them; :class:`Arch` holds what differs. Block ``l``
+(pre-norm; with ``parallel_residual``, as in Pythia, both branches read ``resid_pre``)::
+
+    resid_mid_l  = resid_pre_l + attn_out_l,        attn_out_l = Attn(Norm(resid_pre_l))
+    resid_post_l = resid_mid_l + mlp_out_l,         mlp_out_l  = MLP(Norm(resid_mid_l))
+    resid_post_l = resid_pre_l + attn_out_l + mlp_out_l,  mlp_out_l = MLP(Norm'(resid_pre_l))
+
+and ``final_norm = Norm(resid_post_{L-1})`` (kept apart from ``resid_post_{L-1}``: Hugging Face's
+last ``hidden_states`` entry is taken after the final norm). ``steer={site: v}`` adds ``v`` at any
+site, and everything downstream sees it. Attention weights are sown as in
+:mod:`mechjax.models.transformer` (:func:`attention_patterns`).
+
+Rotary embeddings follow Su et al. 2021 (arXiv 2104.09864) in the "rotate half" layout of GPT-NeoX
+and Llama: the first ``rotary_dim`` dimensions of each head, split in halves ``(x₁, x₂)``, become
+``(x₁ cos θ − x₂ sin θ, x₂ cos θ + x₁ sin θ)`` with ``θ_i = t · base^(−2i/rotary_dim)``.
+
+Params are float32 by default; ``dtype=jnp.bfloat16`` keeps them in bf16, with the norms and the
+softmax computed in float32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+from mechjax.models.transformer import leading
+
+ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", "LlamaForCausalLM", "Qwen2ForCausalLM")
+ACTIVATIONS = {
+  "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+  "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+  "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+  "gelu_fast": lambda x: jax.nn.gelu(x, approximate=True),
+  "relu": jax.nn.relu,
+  "silu": jax.nn.silu,
+}
+
+
+class CheckpointError(ValueError):
+  """A checkpoint that cannot be loaded: what is wrong, by name, and what is supported."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Arch:
+  """What differs between the supported architectures (read from ``config.json``).
+
+  Attributes:
+    family: ``"gpt2"``, ``"gpt_neox"``, ``"llama"`` or ``"qwen2"``.
+    vocab_size, d_model, num_layers, num_heads, d_mlp: the sizes.
+    num_kv_heads: key/value heads (fewer than ``num_heads`` for grouped-query attention).
+    head_dim: the width of one head.
+    max_positions: the longest sequence accepted.
+    norm: ``"layernorm"`` (gain and bias) or ``"rmsnorm"`` (gain).
+    norm_eps: the norms' epsilon.
+    activation: a key of :data:`ACTIVATIONS`.
+    gated_mlp: ``down(act(gate(x)) * up(x))`` (SwiGLU) instead of ``down(act(up(x)))``.
+    learned_positions: add a learned position embedding (GPT-2); otherwise rotary.
+    rotary_dim: dimensions of each head that rotate (even; 0 without rotary).
+    rope_theta: the rotary base.
+    parallel_residual: attention and MLP both read the block's input (GPT-NeoX).
+    qkv_bias, out_bias, mlp_bias: which projections have biases.
+    tied_embeddings: the unembedding is the token embedding's transpose.
+  """
+
+  family: str
+  vocab_size: int
+  d_model: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  d_mlp: int
+  max_positions: int
+  norm: str
+  norm_eps: float
+  activation: str
+  gated_mlp: bool
+  learned_positions: bool
+  rotary_dim: int
+  rope_theta: float
+  parallel_residual: bool
+  qkv_bias: bool
+  out_bias: bool
+  mlp_bias: bool
+  tied_embeddings: bool
+
+
+def _refuse(what: str) -> None:
+  raise CheckpointError(what)
+
+
+def _rope(cfg: dict, default_theta: float, partial_key: str | None = None) -> tuple[float, float]:
+  """``(rope_theta, partial_rotary_factor)`` from either config style: transformers v5's
+  ``rope_parameters``, or the keys the hub's checkpoints were saved with."""
+  params = cfg.get("rope_parameters") or {}
+  scaling = cfg.get("rope_scaling") or {}
+  for source in (params, scaling):
+    kind = source.get("rope_type", source.get("type", "default"))
+    if kind not in ("default", None):
+      _refuse(f"config.json: rope type {kind!r} is not implemented; supported: 'default'")
+  theta = params.get("rope_theta", cfg.get("rope_theta", cfg.get("rotary_emb_base", default_theta)))
+  partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
+  if partial is None and partial_key is not None:
+    partial = cfg.get(partial_key)
+  return float(theta), float(1.0 if partial is None else partial)
+
+
+def arch_from_config(cfg: dict) -> Arch:
+  """The :class:`Arch` of a ``config.json`` (as a dict). Raises :class:`CheckpointError` for an
+  architecture or a config value that is not implemented."""
+  archs = cfg.get("architectures") or []
+  arch = next((a for a in archs if a in ARCHITECTURES), None)
+  if arch is None:
+    _refuse(
+      f"config.json: architecture {archs or cfg.get('model_type')!r} is not supported; supported: "
+      f"{', '.join(ARCHITECTURES)}"
+    )
+  activation = cfg.get("activation_function", cfg.get("hidden_act"))
+  if activation not in ACTIVATIONS:
+    _refuse(
+      f"config.json: activation {activation!r} is not implemented; supported: "
+      f"{', '.join(ACTIVATIONS)}"
+    )
+  if arch == "GPT2LMHeadModel":
+    for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
+      if cfg.get(key):
+        _refuse(f"config.json: {key}=true is not implemented; supported: false")
+    if cfg.get("scale_attn_weights", True) is not True:
+      _refuse("config.json: scale_attn_weights=false is not implemented; supported: true")
+    d, heads = cfg["n_embd"], cfg["n_head"]
+    return Arch(
+      family="gpt2",
+      vocab_size=cfg["vocab_size"],
+      d_model=d,
+      num_layers=cfg["n_layer"],
+      num_heads=heads,
+      num_kv_heads=heads,
+      head_dim=d // heads,
+      d_mlp=cfg.get("n_inner") or 4 * d,
+      max_positions=cfg["n_positions"],
+      norm="layernorm",
+      norm_eps=cfg.get("layer_norm_epsilon", 1e-5),
+      activation=activation,
+      gated_mlp=False,
+      learned_positions=True,
+      rotary_dim=0,
+      rope_theta=0.0,
+      parallel_residual=False,
+      qkv_bias=True,
+      out_bias=True,
+      mlp_bias=True,
+      tied_embeddings=cfg.get("tie_word_embeddings", True),
+    )
+  d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+  head_dim = cfg.get("head_dim") or d // heads
+  if arch == "GPTNeoXForCausalLM":
+    theta, partial = _rope(cfg, 10000.0, "rotary_pct")
+    return Arch(
+      family="gpt_neox",
+      vocab_size=cfg["vocab_size"],
+      d_model=d,
+      num_layers=cfg["num_hidden_layers"],
+      num_heads=heads,
+      num_kv_heads=heads,
+      head_dim=head_dim,
+      d_mlp=cfg["intermediate_size"],
+      max_positions=cfg["max_position_embeddings"],
+      norm="layernorm",
+      norm_eps=cfg.get("layer_norm_eps", 1e-5),
+      activation=activation,
+      gated_mlp=False,
+      learned_positions=False,
+      rotary_dim=int(head_dim * partial),
+      rope_theta=theta,
+      parallel_residual=cfg.get("use_parallel_residual", True),
+      qkv_bias=cfg.get("attention_bias", True),
+      out_bias=cfg.get("attention_bias", True),
+      mlp_bias=True,
+      tied_embeddings=cfg.get("tie_word_embeddings", False),
+    )
+  if cfg.get("use_sliding_window") or (
+    arch == "LlamaForCausalLM" and cfg.get("sliding_window") is not None
+  ):
+    _refuse("config.json: a sliding attention window is not implemented; supported: full attention")
+  theta, partial = _rope(cfg, 10000.0)
+  qwen = arch == "Qwen2ForCausalLM"
+  return Arch(
+    family="qwen2" if qwen else "llama",
+    vocab_size=cfg["vocab_size"],
+    d_model=d,
+    num_layers=cfg["num_hidden_layers"],
+    num_heads=heads,
+    num_kv_heads=cfg.get("num_key_value_heads") or heads,
+    head_dim=head_dim,
+    d_mlp=cfg["intermediate_size"],
+    max_positions=cfg["max_position_embeddings"],
+    norm="rmsnorm",
+    norm_eps=cfg.get("rms_norm_eps", 1e-6),
+    activation=activation,
+    gated_mlp=True,
+    learned_positions=False,
+    rotary_dim=int(head_dim * partial),
+    rope_theta=theta,
+    parallel_residual=False,
+    qkv_bias=True if qwen else cfg.get("attention_bias", False),
+    out_bias=False if qwen else cfg.get("attention_bias", False),
+    mlp_bias=False if qwen else cfg.get("mlp_bias", False),
+    tied_embeddings=cfg.get("tie_word_embeddings", False),
+  )
+
+
+# ----------------------------------------------------------------------------------------------
+# The module.
+
+
+class Norm(nn.Module):
+  """LayerNorm (``scale``, ``bias``) or RMSNorm (``scale``), computed in float32."""
+
+  kind: str
+  eps: float
+
+  @nn.compact
+  def __call__(self, x):
+    d = x.shape[-1]
+    scale = self.param("scale", nn.initializers.ones, (d,))
+    h = x.astype(jnp.float32)
+    if self.kind == "layernorm":
+      bias = self.param("bias", nn.initializers.zeros, (d,))
+      h = h - jnp.mean(h, axis=-1, keepdims=True)
+      h = h * jax.lax.rsqrt(jnp.mean(h**2, axis=-1, keepdims=True) + self.eps)
+      h = h * leading(scale.astype(jnp.float32), h) + leading(bias.astype(jnp.float32), h)
+    else:
+      h = h * jax.lax.rsqrt(jnp.mean(h**2, axis=-1, keepdims=True) + self.eps)
+      h = h.astype(x.dtype).astype(jnp.float32) * leading(scale.astype(jnp.float32), h)
+    return h.astype(x.dtype)
+
+
+def rotary(x_BxTxHxd: jax.Array, rotary_dim: int, theta: float) -> jax.Array:
+  """Rotates the first ``rotary_dim`` dimensions of each head by position (module docstring)."""
+  if rotary_dim == 0:
+    return x_BxTxHxd
+  t = x_BxTxHxd.shape[1]
+  inv_freq = 1.0 / (theta ** (np.arange(0, rotary_dim, 2, dtype=np.float32) / rotary_dim))
+  angles = np.arange(t, dtype=np.float32)[:, None] * inv_freq[None]  # (T, rotary_dim/2)
+  cos = jnp.asarray(np.concatenate([np.cos(angles)] * 2, -1))[None, :, None]
+  sin = jnp.asarray(np.concatenate([np.sin(angles)] * 2, -1))[None, :, None]
+  rot, rest = x_BxTxHxd[..., :rotary_dim], x_BxTxHxd[..., rotary_dim:]
+  r32 = rot.astype(jnp.float32)
+  half = rotary_dim // 2
+  rotated = jnp.concatenate([-r32[..., half:], r32[..., :half]], axis=-1)
+  out = (r32 * cos + rotated * sin).astype(x_BxTxHxd.dtype)
+  return jnp.concatenate([out, rest], axis=-1)
+
+
+class Attention(nn.Module):
+  arch: Arch
+  dtype: jnp.dtype
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    a = self.arch
+    t = x_BxTxD.shape[1]
+    dense = lambda heads, name: nn.DenseGeneral(
+      (heads, a.head_dim), use_bias=a.qkv_bias, dtype=self.dtype, param_dtype=self.dtype, name=name
+    )
+    q = rotary(dense(a.num_heads, "query")(x_BxTxD), a.rotary_dim, a.rope_theta)
+    k = rotary(dense(a.num_kv_heads, "key")(x_BxTxD), a.rotary_dim, a.rope_theta)
+    v = dense(a.num_kv_heads, "value")(x_BxTxD)
+    group = a.num_heads // a.num_kv_heads  # query heads per key/value head
+    k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    scores = scores / math.sqrt(a.head_dim)
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    weights = jax.nn.softmax(jnp.where(causal[None, None], scores, -1e30), axis=-1)
+    if not self.is_initializing():
+      self.sow("intermediates", "attention", weights)  # (B, H, T_q, T_k)
+    z = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(v.dtype), v)
+    return nn.DenseGeneral(
+      a.d_model,
+      axis=(-2, -1),
+      use_bias=a.out_bias,
+      dtype=self.dtype,
+      param_dtype=self.dtype,
+      name="out",
+    )(z)
+
+
+class MLP(nn.Module):
+  arch: Arch
+  dtype: jnp.dtype
+
+  @nn.compact
+  def __call__(self, x):
+    a = self.arch
+    dense = lambda n, name: nn.Dense(
+      n, use_bias=a.mlp_bias, dtype=self.dtype, param_dtype=self.dtype, name=name
+    )
+    act = ACTIVATIONS[a.activation]
+    if a.gated_mlp:
+      h = act(dense(a.d_mlp, "gate")(x)) * dense(a.d_mlp, "up")(x)
+    else:
+      h = act(dense(a.d_mlp, "up")(x))
+    return dense(a.d_model, "down")(h)
+
+
+class DecoderLM(nn.Module):
+  """A pretrained decoder-only language model (module docstring): ``tokens_BxT`` to logits
+  ``(B, T, vocab)``, and the sites with ``return_sites``."""
+
+  arch: Arch
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens_BxT, return_sites: bool = False, steer: dict | None = None):
+    a = self.arch
+    check_tokens(a, tokens_BxT)
+    steer = dict(steer or {})
+    unknown = sorted(set(steer) - set(site_names(a)))
+    if unknown:
+      raise ValueError(f"cannot steer at {unknown}; sites are {site_names(a)}")
+    sites = {}
+
+    def site(name, x):
+      if name in steer:
+        x = x + leading(jnp.asarray(steer[name], x.dtype), x)
+      sites[name] = x
+      return x
+
+    embed = nn.Embed(
+      a.vocab_size, a.d_model, dtype=self.dtype, param_dtype=self.dtype, name="embed"
+    )
+    x = embed(tokens_BxT)
+    if a.learned_positions:
+      pos = self.param("pos_embed", nn.initializers.normal(0.02), (a.max_positions, a.d_model))
+      x = x + pos[None, : tokens_BxT.shape[1]].astype(self.dtype)
+    norm = lambda name: Norm(a.norm, a.norm_eps, name=name)
+    for l in range(a.num_layers):
+      x = site(f"resid_pre_{l}", x)
+      attn = site(
+        f"attn_out_{l}", Attention(a, self.dtype, name=f"attn_{l}")(norm(f"norm_attn_{l}")(x))
+      )
+      if a.parallel_residual:
+        mlp = site(f"mlp_out_{l}", MLP(a, self.dtype, name=f"mlp_{l}")(norm(f"norm_mlp_{l}")(x)))
+        x = x + attn + mlp
+      else:
+        x = site(f"resid_mid_{l}", x + attn)
+        mlp = site(f"mlp_out_{l}", MLP(a, self.dtype, name=f"mlp_{l}")(norm(f"norm_mlp_{l}")(x)))
+        x = x + mlp
+      x = site(f"resid_post_{l}", x)
+    x = site("final_norm", norm("norm_final")(x))
+    if a.tied_embeddings:
+      logits = embed.attend(x)
+    else:
+      logits = nn.Dense(
+        a.vocab_size, use_bias=False, dtype=self.dtype, param_dtype=self.dtype, name="unembed"
+      )(x)
+    logits = logits.astype(jnp.float32)
+    return (logits, sites) if return_sites else logits
+
+
+def site_names(arch: Arch) -> list[str]:
+  """Every site, in the order the stream passes them."""
+  names = []
+  for l in range(arch.num_layers):
+    names += [f"resid_pre_{l}", f"attn_out_{l}"]
+    names += [f"mlp_out_{l}"] if arch.parallel_residual else [f"resid_mid_{l}", f"mlp_out_{l}"]
+    names.append(f"resid_post_{l}")
+  return names + ["final_norm"]
+
+
+def check_tokens(arch: Arch, tokens_BxT) -> None:
+  """Refuses tokens of the wrong rank, a sequence beyond the position limit, and (for concrete
+  tokens) ids outside the vocabulary, each with one line."""
+  shape = np.shape(tokens_BxT)
+  if len(shape) != 2:
+    raise ValueError(f"tokens must have shape (B, T); got {shape}")
+  if shape[1] > arch.max_positions:
+    raise ValueError(
+      f"tokens have {shape[1]} positions; this model accepts at most {arch.max_positions} "
+      "(max_position_embeddings)"
+    )
+  if not isinstance(tokens_BxT, jax.core.Tracer) and np.size(tokens_BxT):
+    values = np.asarray(tokens_BxT)
+    lo, hi = int(values.min()), int(values.max())
+    if lo < 0 or hi >= arch.vocab_size:
+      raise ValueError(
+        f"token ids must lie in [0, {arch.vocab_size}) (vocab_size); got ids from {lo} to {hi}"
+      )
+
+
+def attention_patterns(model: DecoderLM, params, tokens_BxT) -> jax.Array:
+  """Every layer's attention weights, ``(layers, B, heads, T_query, T_key)``."""
+  _, state = model.apply({"params": params}, tokens_BxT, mutable=["intermediates"])
+  return jnp.stack(
+    [state["intermediates"][f"attn_{l}"]["attention"][0] for l in range(model.arch.num_layers)]
+  )
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the weights.
+
+_SAFETENSORS_DTYPES = {
+  "F64": np.float64,
+  "F32": np.float32,
+  "F16": np.float16,
+  "BF16": ml_dtypes.bfloat16,
+  "I64": np.int64,
+  "I32": np.int32,
+  "U8": np.uint8,
+  "BOOL": np.bool_,
+}
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+  """Every tensor of a ``.safetensors`` file as a read-only memory map (nothing is read until it
+  is used). The format: an 8-byte little-endian header length, a JSON header
+  ``{name: {"dtype", "shape", "data_offsets": [begin, end]}}``, then the bytes."""
+  with open(path, "rb") as f:
+    (n,) = np.frombuffer(f.read(8), "<u8")
+    header = json.loads(f.read(int(n)))
+  header.pop("__metadata__", None)
+  out = {}
+  for name, info in header.items():
+    if info["dtype"] not in _SAFETENSORS_DTYPES:
+      raise CheckpointError(f"{path}: tensor {name} has dtype {info['dtype']}, which is not read")
+    begin, end = info["data_offsets"]
+    dtype = np.dtype(_SAFETENSORS_DTYPES[info["dtype"]])
+    shape = tuple(info["shape"])
+    if end == begin:
+      out[name] = np.zeros(shape, dtype)
+      continue
+    out[name] = np.memmap(path, dtype=dtype, mode="r", offset=8 + int(n) + begin, shape=shape)
+  return out
+
+
+def read_weights(directory: str) -> dict[str, np.ndarray]:
+  """The checkpoint's tensors by name: ``model.safetensors``, the shards listed in
+  ``model.safetensors.index.json``, or ``pytorch_model.bin`` through torch."""
+  single = os.path.join(directory, "model.safetensors")
+  index = os.path.join(directory, "model.safetensors.index.json")
+  if os.path.exists(single):
+    return read_safetensors(single)
+  if os.path.exists(index):
+    with open(index) as f:
+      shards = sorted(set(json.load(f)["weight_map"].values()))
+    out = {}
+    for shard in shards:
+      out.update(read_safetensors(os.path.join(directory, shard)))
+    return out
+  binary = os.path.join(directory, "pytorch_model.bin")
+  if os.path.exists(binary):
+    try:
+      import torch
+    except ImportError:
+      raise CheckpointError(
+        f"{binary} needs torch to read; install torch, or convert it once where torch is: python "
+        '-c "import torch; from safetensors.torch import save_file; save_file({k: v.contiguous() '
+        f"for k, v in torch.load('{binary}', weights_only=True).items()}}, 'model.safetensors')\""
+      ) from None
+    state = torch.load(binary, map_location="cpu", weights_only=True, mmap=True)
+    out = {}
+    for k, v in state.items():
+      if v.dtype == torch.bfloat16:
+        out[k] = v.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+      else:
+        out[k] = v.numpy()
+    return out
+  raise CheckpointError(
+    f"{directory} has no weights: expected model.safetensors, model.safetensors.index.json with "
+    "its shards, or pytorch_model.bin"
+  )
+
+
+class _Weights:
+  """Looks tensors up by Hugging Face name, with or without the base model's prefix, and checks
+  their shapes."""
+
+  def __init__(self, tensors: dict, prefixes: tuple[str, ...], dtype):
+    self.tensors, self.prefixes, self.dtype = tensors, prefixes, dtype
+
+  def has(self, key: str) -> bool:
+    return any(p + key in self.tensors for p in self.prefixes)
+
+  def __call__(self, key: str, shape: tuple[int, ...]) -> np.ndarray:
+    for p in self.prefixes:
+      if p + key in self.tensors:
+        value = self.tensors[p + key]
+        if tuple(value.shape) != tuple(shape):
+          raise CheckpointError(
+            f"weight {p + key} has shape {tuple(value.shape)}; the config implies {tuple(shape)}"
+          )
+        return np.asarray(value, self.dtype)
+    raise CheckpointError(f"weight {self.prefixes[0] + key} is missing from the checkpoint")
+
+
+def params_from_hf(arch: Arch, get: Callable[[str, tuple], np.ndarray], has=None) -> dict:
+  """:class:`DecoderLM` params from Hugging Face tensors: ``get(name, shape)`` returns the tensor
+  of that name (names without the base model's prefix for the body). Torch's ``Linear`` stores
+  ``(out, in)``, GPT-2's ``Conv1D`` ``(in, out)``; fused projections are split per head (GPT-2's
+  ``c_attn`` as ``[q; k; v]``, GPT-NeoX's ``query_key_value`` as ``(heads, 3, head_dim)``)."""
+  a = arch
+  d, H, K, hd, f = a.d_model, a.num_heads, a.num_kv_heads, a.head_dim, a.d_mlp
+  p = {}
+  lin = lambda key, n_out, n_in: get(key, (n_out, n_in)).T  # torch Linear -> (in, out)
+
+  def norm(key, bias=a.norm == "layernorm"):
+    out = {"scale": get(f"{key}.weight", (d,))}
+    if bias:
+      out["bias"] = get(f"{key}.bias", (d,))
+    return out
+
+  if a.family == "gpt2":
+    p["embed"] = {"embedding": get("wte.weight", (a.vocab_size, d))}
+    p["pos_embed"] = get("wpe.weight", (a.max_positions, d))
+    for l in range(a.num_layers):
+      b = f"h.{l}."
+      w, bias = get(b + "attn.c_attn.weight", (d, 3 * d)), get(b + "attn.c_attn.bias", (3 * d,))
+      p[f"norm_attn_{l}"], p[f"norm_mlp_{l}"] = norm(b + "ln_1"), norm(b + "ln_2")
+      p[f"attn_{l}"] = {
+        name: {
+          "kernel": w[:, i * d : (i + 1) * d].reshape(d, H, hd),
+          "bias": bias[i * d : (i + 1) * d].reshape(H, hd),
+        }
+        for i, name in enumerate(("query", "key", "value"))
+      }
+      p[f"attn_{l}"]["out"] = {
+        "kernel": get(b + "attn.c_proj.weight", (d, d)).reshape(H, hd, d),
+        "bias": get(b + "attn.c_proj.bias", (d,)),
+      }
+      p[f"mlp_{l}"] = {
+        "up": {
+          "kernel": get(b + "mlp.c_fc.weight", (d, f)),
+          "bias": get(b + "mlp.c_fc.bias", (f,)),
+        },
+        "down": {
+          "kernel": get(b + "mlp.c_proj.weight", (f, d)),
+          "bias": get(b + "mlp.c_proj.bias", (d,)),
+        },
+      }
+    p["norm_final"] = norm("ln_f")
+  elif a.family == "gpt_neox":
+    p["embed"] = {"embedding": get("embed_in.weight", (a.vocab_size, d))}
+    for l in range(a.num_layers):
+      b = f"layers.{l}."
+      p[f"norm_attn_{l}"] = norm(b + "input_layernorm")
+      p[f"norm_mlp_{l}"] = norm(b + "post_attention_layernorm")
+      w = get(b + "attention.query_key_value.weight", (3 * d, d)).reshape(H, 3, hd, d)
+      attn = {}
+      for i, name in enumerate(("query", "key", "value")):
+        attn[name] = {"kernel": np.transpose(w[:, i], (2, 0, 1))}
+        if a.qkv_bias:
+          bias = get(b + "attention.query_key_value.bias", (3 * d,)).reshape(H, 3, hd)
+          attn[name]["bias"] = bias[:, i]
+      attn["out"] = {"kernel": lin(b + "attention.dense.weight", d, d).reshape(H, hd, d)}
+      if a.out_bias:
+        attn["out"]["bias"] = get(b + "attention.dense.bias", (d,))
+      p[f"attn_{l}"] = attn
+      p[f"mlp_{l}"] = {
+        "up": {
+          "kernel": lin(b + "mlp.dense_h_to_4h.weight", f, d),
+          "bias": get(b + "mlp.dense_h_to_4h.bias", (f,)),
+        },
+        "down": {
+          "kernel": lin(b + "mlp.dense_4h_to_h.weight", d, f),
+          "bias": get(b + "mlp.dense_4h_to_h.bias", (d,)),
+        },
+      }
+    p["norm_final"] = norm("final_layer_norm")
+  else:  # llama, qwen2
+    p["embed"] = {"embedding": get("embed_tokens.weight", (a.vocab_size, d))}
+    for l in range(a.num_layers):
+      b = f"layers.{l}."
+      p[f"norm_attn_{l}"] = norm(b + "input_layernorm")
+      p[f"norm_mlp_{l}"] = norm(b + "post_attention_layernorm")
+      attn = {}
+      for name, short, heads in (("query", "q", H), ("key", "k", K), ("value", "v", K)):
+        attn[name] = {
+          "kernel": lin(f"{b}self_attn.{short}_proj.weight", heads * hd, d).reshape(d, heads, hd)
+        }
+        if a.qkv_bias:
+          attn[name]["bias"] = get(f"{b}self_attn.{short}_proj.bias", (heads * hd,)).reshape(
+            heads, hd
+          )
+      attn["out"] = {"kernel": lin(b + "self_attn.o_proj.weight", d, H * hd).reshape(H, hd, d)}
+      if a.out_bias:
+        attn["out"]["bias"] = get(b + "self_attn.o_proj.bias", (d,))
+      p[f"attn_{l}"] = attn
+      mlp = {}
+      for name in ("gate", "up"):
+        mlp[name] = {"kernel": lin(f"{b}mlp.{name}_proj.weight", f, d)}
+      mlp["down"] = {"kernel": lin(b + "mlp.down_proj.weight", d, f)}
+      if a.mlp_bias:
+        for name, n in (("gate", f), ("up", f), ("down", d)):
+          mlp[name]["bias"] = get(f"{b}mlp.{name}_proj.bias", (n,))
+      p[f"mlp_{l}"] = mlp
+    p["norm_final"] = norm("norm")
+  if not a.tied_embeddings:
+    neox_head = a.family == "gpt_neox" and has is not None and has("embed_out.weight")
+    head = "embed_out.weight" if neox_head else "lm_head.weight"
+    p["unembed"] = {"kernel": get("^" + head, (a.vocab_size, d)).T}
+  return p
+
+
+_PREFIXES = {"gpt2": "transformer.", "gpt_neox": "gpt_neox.", "llama": "model.", "qwen2": "model."}
+
+
+def load(directory: str | os.PathLike, *, dtype=jnp.float32) -> tuple[DecoderLM, dict]:
+  """``(model, params)`` from a Hugging Face model directory (module docstring); ``model.apply(
+  {"params": params}, tokens_BxT)`` gives the logits. Raises :class:`CheckpointError`, one line,
+  for an unsupported architecture or config value and for a missing or misshapen weight."""
+  directory = os.fspath(directory)
+  path = os.path.join(directory, "config.json")
+  if not os.path.exists(path):
+    raise CheckpointError(f"{directory} has no config.json; pass a Hugging Face model directory")
+  with open(path) as f:
+    arch = arch_from_config(json.load(f))
+  tensors = read_weights(directory)
+  prefix = _PREFIXES[arch.family]
+  store = _Weights(tensors, (prefix, ""), np.dtype(dtype))
+  top = _Weights(tensors, ("",), np.dtype(dtype))
+  get = lambda key, shape: top(key[1:], shape) if key.startswith("^") else store(key, shape)
+  has = lambda key: top.has(key)
+  params = params_from_hf(arch, get, has)
+  params = jax.tree.map(lambda x: jnp.asarray(x, dtype), params)
+  return DecoderLM(arch, dtype), params
+
+
+def next_token_losses(model: DecoderLM, params, tokens_BxT) -> jax.Array:
+  """The cross-entropy of each next token, ``(B, T − 1)``: position ``t`` predicts token
+  ``t + 1``."""
+  tokens_BxT = jnp.asarray(tokens_BxT)
+  logp = jax.nn.log_softmax(model.apply({"params": params}, tokens_BxT)[:, :-1])
+  return -jnp.take_along_axis(logp, tokens_BxT[:, 1:, None], axis=-1)[..., 0]
+
+
+def lm_losses(model: DecoderLM) -> tuple[Callable, Callable]:
+  """``(loss_fn, per_sample_loss)`` for the SLT calls, on batches of token windows ``(B, T)``:
+  ``loss_fn(params, tokens)`` is the mean next-token loss over the batch (for
+  :func:`mechjax.slt.estimate_llc`), ``per_sample_loss(params, tokens)`` each window's mean,
+  ``(B,)`` (for :func:`mechjax.slt.estimate_susceptibilities`)."""
+
+  def per_sample_loss(params, tokens_BxT):
+    return jnp.mean(next_token_losses(model, params, tokens_BxT), axis=-1)
+
+  def loss_fn(params, tokens_BxT):
+    return jnp.mean(next_token_losses(model, params, tokens_BxT))
+
+  return loss_fn, per_sample_loss
+
+
+def param_names(params) -> list[str]:
+  """Every leaf's path, ``"attn_0/query/kernel"``, …"""
+  return [
+    "/".join(str(getattr(k, "key", k)) for k in path)
+    for path, _ in jax.tree_util.tree_leaves_with_path(params)
+  ]
+
+
+__all__ = [
+  "ARCHITECTURES",
+  "Arch",
+  "CheckpointError",
+  "DecoderLM",
+  "arch_from_config",
+  "attention_patterns",
+  "check_tokens",
+  "lm_losses",
+  "load",
+  "next_token_losses",
+  "param_names",
+  "params_from_hf",
+  "read_safetensors",
+  "read_weights",
+  "site_names",
+]

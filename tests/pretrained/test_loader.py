@@ -1,0 +1,265 @@
+"""mechjax.models.pretrained against transformers, without torch: the tiny checkpoints in
+``checkpoints/`` and what transformers computed on them (``make_checkpoints.py``)."""
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mechjax.models import pretrained
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints")
+NAMES = ("gpt2", "gpt_neox", "gpt_neox_sequential", "llama_gqa", "qwen2")
+
+
+def expected(name):
+  with np.load(os.path.join(HERE, name, "expected.npz")) as f:
+    return dict(f)
+
+
+def max_abs(a, b):
+  return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+@pytest.mark.parametrize(
+  "name", [n if n == "gpt_neox" else pytest.param(n, marks=pytest.mark.slow) for n in NAMES]
+)
+def test_logits_sites_and_loss_gradients_match_transformers(name):
+  model, params = pretrained.load(os.path.join(HERE, name))
+  want = expected(name)
+  tokens = jnp.asarray(want["tokens"])
+
+  def loss(p):
+    logits, sites = model.apply({"params": p}, tokens, return_sites=True)
+    logp = jax.nn.log_softmax(logits[:, :-1])
+    return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)), (logits, sites)
+
+  (value, (logits, sites)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+  assert logits.shape == want["logits"].shape
+  assert max_abs(logits, want["logits"]) <= 1e-4
+  # The tolerance would catch a wrong model: the logits are far from uniform.
+  assert float(np.std(want["logits"])) > 0.1
+  compared = {"resid_pre_0": want["resid_pre_0"], "final_norm": want["final_norm"]}
+  compared.update({k[5:]: v for k, v in want.items() if k.startswith("site/")})
+  for site, value_ in compared.items():
+    assert max_abs(sites[site], value_) <= 1e-4, site
+  # Every site the model names was checked, bar resid_pre_l (= resid_post_{l-1}) and resid_mid_l.
+  derived = {s for s in sites if s.startswith(("resid_pre_", "resid_mid_"))}
+  assert set(sites) - derived <= set(compared) and "final_norm" in sites
+  for l in range(1, model.arch.num_layers):
+    np.testing.assert_array_equal(sites[f"resid_pre_{l}"], sites[f"resid_post_{l - 1}"])
+  if not model.arch.parallel_residual:
+    mid = want["resid_pre_0"] + want["site/attn_out_0"]
+    assert max_abs(sites["resid_mid_0"], mid) <= 1e-4
+
+  assert abs(float(value) - float(want["loss"])) <= 1e-5
+  # Map transformers' gradients through the same conversion as the weights (a linear
+  # re-indexing), with zeros for the weights whose gradients were not kept.
+  hf = {k[5:]: v for k, v in want.items() if k.startswith("grad/")}
+  tensors = pretrained.read_weights(os.path.join(HERE, name))
+  source = {k: hf.get(k, np.zeros(v.shape, np.float32)) for k, v in tensors.items()}
+  prefix = pretrained._PREFIXES[model.arch.family]
+  get = lambda key, shape: np.asarray(
+    source[key[1:]] if key.startswith("^") else source.get(prefix + key, source.get(key)),
+    np.float32,
+  ).reshape(shape)
+  mapped = pretrained.params_from_hf(model.arch, get, lambda k: k in source)
+  checked = 0
+  for (path, g), m in zip(jax.tree_util.tree_leaves_with_path(grads), jax.tree.leaves(mapped)):
+    if not np.any(m):
+      continue
+    rel = np.linalg.norm(np.asarray(g) - m) / np.linalg.norm(m)
+    assert rel <= 1e-4, (jax.tree_util.keystr(path), rel)
+    checked += 1
+  assert checked >= len(hf)
+
+
+def test_both_config_styles_read_the_same_rotary():
+  hub = json.load(open(os.path.join(HERE, "gpt_neox_sequential", "config.json")))
+  assert "rotary_pct" in hub and "rope_parameters" not in hub
+  a = pretrained.arch_from_config(hub)
+  v5 = {k: v for k, v in hub.items() if k not in ("rotary_pct", "rotary_emb_base")}
+  v5["rope_parameters"] = {"rope_type": "default", "rope_theta": 500, "partial_rotary_factor": 0.5}
+  assert pretrained.arch_from_config(v5) == a and a.rotary_dim == 4 and a.rope_theta == 500
+
+
+@pytest.mark.slow
+def test_bf16_keeps_bf16_weights_and_stays_close():
+  model, params = pretrained.load(os.path.join(HERE, "llama_gqa"), dtype=jnp.bfloat16)
+  assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(params))
+  want = expected("llama_gqa")
+  logits = model.apply({"params": params}, jnp.asarray(want["tokens"]))
+  assert logits.dtype == jnp.float32
+  assert max_abs(logits, want["logits"]) <= 0.1 * float(np.max(np.abs(want["logits"])))
+
+
+def copy(name, tmp_path):
+  folder = tmp_path / name
+  shutil.copytree(os.path.join(HERE, name), folder)
+  return folder
+
+
+def edit_config(folder, **changes):
+  path = folder / "config.json"
+  cfg = json.loads(path.read_text())
+  cfg.update(changes)
+  path.write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize(
+  "name, changes, message",
+  [
+    (
+      "gpt2",
+      {"architectures": ["BertForMaskedLM"]},
+      "architecture .*BertForMaskedLM.* supported: GPT2LMHeadModel",
+    ),
+    ("llama_gqa", {"hidden_act": "gelu_10"}, "activation 'gelu_10' is not implemented; supported"),
+    (
+      "llama_gqa",
+      {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0}},
+      "rope type 'yarn'",
+    ),
+    ("qwen2", {"use_sliding_window": True}, "sliding attention window"),
+    ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
+    (
+      "llama_gqa",
+      {"intermediate_size": 50},
+      r"model.layers.0.mlp.gate_proj.weight has shape \(48, 32\); the config implies \(50, 32\)",
+    ),
+  ],
+)
+def test_a_bad_checkpoint_gets_one_line_naming_it(tmp_path, name, changes, message):
+  folder = copy(name, tmp_path)
+  edit_config(folder, **changes)
+  with pytest.raises(pretrained.CheckpointError, match=message) as err:
+    pretrained.load(folder)
+  assert "\n" not in str(err.value)
+
+
+def test_a_missing_weight_is_named(tmp_path):
+  from safetensors.numpy import save_file
+
+  folder = copy("gpt_neox", tmp_path)
+  tensors = {k: np.asarray(v) for k, v in pretrained.read_weights(folder).items()}
+  del tensors["gpt_neox.layers.1.mlp.dense_h_to_4h.bias"]
+  save_file(tensors, folder / "model.safetensors")
+  with pytest.raises(
+    pretrained.CheckpointError, match="weight gpt_neox.layers.1.mlp.dense_h_to_4h.bias is missing"
+  ):
+    pretrained.load(folder)
+
+
+def test_tokens_outside_the_vocabulary_or_past_the_positions_are_refused():
+  model, params = pretrained.load(os.path.join(HERE, "gpt2"))
+  with pytest.raises(
+    ValueError, match=r"token ids must lie in \[0, 61\) \(vocab_size\); got ids from 0 to 61"
+  ):
+    model.apply({"params": params}, np.array([[0, 61]]))
+  with pytest.raises(ValueError, match="25 positions; this model accepts at most 24"):
+    model.apply({"params": params}, np.zeros((1, 25), np.int32))
+
+
+def test_sharded_safetensors_and_the_reader_agree_with_safetensors(tmp_path):
+  from safetensors.numpy import load_file
+  from safetensors.numpy import save_file
+
+  folder = copy("llama_gqa", tmp_path)
+  whole = load_file(folder / "model.safetensors")
+  mine = pretrained.read_safetensors(str(folder / "model.safetensors"))
+  assert set(mine) == set(whole)
+  for k in whole:
+    np.testing.assert_array_equal(mine[k], whole[k])
+  keys = sorted(whole)
+  shards = {
+    "model-00001-of-00002.safetensors": keys[::2],
+    "model-00002-of-00002.safetensors": keys[1::2],
+  }
+  for shard, names in shards.items():
+    save_file({k: whole[k] for k in names}, folder / shard)
+  (folder / "model.safetensors").unlink()
+  weight_map = {k: shard for shard, names in shards.items() for k in names}
+  (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+  model, params = pretrained.load(folder)
+  want = expected("llama_gqa")
+  assert (
+    max_abs(model.apply({"params": params}, jnp.asarray(want["tokens"])), want["logits"]) <= 1e-4
+  )
+
+
+def test_a_folder_without_weights_says_what_it_expected(tmp_path):
+  folder = copy("gpt2", tmp_path)
+  (folder / "model.safetensors").unlink()
+  with pytest.raises(pretrained.CheckpointError, match="no weights: expected model.safetensors"):
+    pretrained.load(folder)
+
+
+def test_against_a_live_transformers_model(tmp_path):
+  """Where torch and transformers are installed: a fresh random model of each family, saved and
+  loaded, gives transformers' logits."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  configs = {
+    "gpt2": transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=8, vocab_size=23),
+    "gpt_neox": transformers.GPTNeoXConfig(
+      hidden_size=16,
+      num_hidden_layers=1,
+      num_attention_heads=2,
+      intermediate_size=32,
+      max_position_embeddings=8,
+      vocab_size=23,
+      rotary_pct=0.5,
+    ),
+    "llama": transformers.LlamaConfig(
+      hidden_size=16,
+      num_hidden_layers=1,
+      num_attention_heads=4,
+      num_key_value_heads=1,
+      intermediate_size=24,
+      max_position_embeddings=8,
+      vocab_size=23,
+    ),
+  }
+  tokens = np.arange(12).reshape(2, 6) % 23
+  for name, config in configs.items():
+    torch.manual_seed(1)
+    hf = transformers.AutoModelForCausalLM.from_config(config).eval()
+    hf.save_pretrained(tmp_path / name)
+    with torch.no_grad():
+      want = hf(torch.tensor(tokens)).logits.numpy()
+    model, params = pretrained.load(tmp_path / name)
+    assert max_abs(model.apply({"params": params}, jnp.asarray(tokens)), want) <= 1e-4, name
+
+
+@pytest.mark.slow
+def test_the_llc_of_a_loaded_checkpoint():
+  """The SLT pillar on a loaded model: the LM loss helpers feed estimate_llc directly."""
+  from mechjax import slt
+
+  model, params = pretrained.load(os.path.join(HERE, "gpt_neox"))
+  loss_fn, per_sample = pretrained.lm_losses(model)
+  windows = np.random.default_rng(1).integers(0, model.arch.vocab_size, (64, 12)).astype(np.int32)
+  np.testing.assert_allclose(
+    per_sample(params, windows[:4]).mean(), loss_fn(params, windows[:4]), rtol=1e-6
+  )
+  want = expected("gpt_neox")
+  np.testing.assert_allclose(loss_fn(params, want["tokens"]), want["loss"], atol=1e-5)
+  result = slt.estimate_llc(
+    loss_fn,
+    params,
+    jnp.asarray(windows),
+    key=jax.random.key(0),
+    num_chains=2,
+    num_draws=20,
+    num_burnin=10,
+    batch_size=16,
+    step_size=1e-4,
+    nbeta=20.0,
+    localization=100.0,
+  )
+  assert result.llc_per_chain.shape == (2,) and np.all(np.isfinite(result.llc_per_chain))
+  assert float(result.init_loss) == pytest.approx(float(loss_fn(params, windows)), rel=1e-5)
