@@ -84,6 +84,8 @@ class Arch:
     parallel_residual: attention and MLP both read the block's input (GPT-NeoX).
     qkv_bias, out_bias, mlp_bias: which projections have biases.
     tied_embeddings: the unembedding is the token embedding's transpose.
+    unembed_bias: the unembedding has a bias (after :func:`fold_norms` of a LayerNorm model, which
+      moves the final norm's bias there).
   """
 
   family: str
@@ -107,6 +109,7 @@ class Arch:
   out_bias: bool
   mlp_bias: bool
   tied_embeddings: bool
+  unembed_bias: bool = False
 
 
 def _refuse(what: str) -> None:
@@ -376,7 +379,11 @@ class DecoderLM(nn.Module):
       logits = embed.attend(x)
     else:
       logits = nn.Dense(
-        a.vocab_size, use_bias=False, dtype=self.dtype, param_dtype=self.dtype, name="unembed"
+        a.vocab_size,
+        use_bias=a.unembed_bias,
+        dtype=self.dtype,
+        param_dtype=self.dtype,
+        name="unembed",
       )(x)
     logits = logits.astype(jnp.float32)
     return (logits, sites) if return_sites else logits
@@ -649,6 +656,128 @@ def load(directory: str | os.PathLike, *, dtype=jnp.float32) -> tuple[DecoderLM,
   return DecoderLM(arch, dtype), params
 
 
+# ----------------------------------------------------------------------------------------------
+# A change of residual basis that leaves the function unchanged.
+
+
+def _readers(arch: Arch, params: dict) -> dict[str, list[dict]]:
+  """Each norm's name and the linear maps that read its output (kernels with ``d_model`` first)."""
+  out = {}
+  for l in range(arch.num_layers):
+    out[f"norm_attn_{l}"] = [params[f"attn_{l}"][n] for n in ("query", "key", "value")]
+    mlp = params[f"mlp_{l}"]
+    out[f"norm_mlp_{l}"] = [mlp[n] for n in ("gate", "up") if n in mlp]
+  out["norm_final"] = [params["unembed"]]
+  return out
+
+
+def _writers(arch: Arch, params: dict) -> list[tuple[dict, str]]:
+  """``(container, key)`` of every array that writes to the stream (``d_model`` last)."""
+  out = [(params["embed"], "embedding")]
+  if arch.learned_positions:
+    out.append((params, "pos_embed"))
+  for l in range(arch.num_layers):
+    for container in (params[f"attn_{l}"]["out"], params[f"mlp_{l}"]["down"]):
+      out += [(container, k) for k in ("kernel", "bias") if k in container]
+  return out
+
+
+def _copy(params: dict) -> dict:
+  return jax.tree.map(lambda x: np.array(x, np.float64), params)
+
+
+def fold_norms(model: DecoderLM, params: dict) -> tuple[DecoderLM, dict]:
+  """The same function with every norm's gain (and bias) moved into the maps that read it, so each
+  norm is the bare normalisation; for LayerNorm models every write to the stream is also centred.
+
+  ``(N(x)·g + b) W + c = N(x)·(diag(g) W) + (b W + c)``: the gains go into the readers' kernels and
+  the biases into their biases (the unembedding gains one; tied embeddings are untied). A
+  LayerNorm subtracts the mean of its input, and only norms read the stream, so subtracting each
+  written vector's mean over ``d_model`` (embeddings, attention and MLP outputs) changes no norm's
+  output: afterwards the stream lies in the mean-zero subspace. Computed in float64, returned in
+  the model's dtype.
+  """
+  a = model.arch
+  p = _copy(params)
+  layernorm = a.norm == "layernorm"
+  if a.tied_embeddings:
+    p["unembed"] = {"kernel": p["embed"]["embedding"].T.copy()}
+  changes = dict(tied_embeddings=False)
+  if layernorm:  # the norms' biases need somewhere to go
+    changes.update(qkv_bias=True, mlp_bias=True, unembed_bias=True)
+  arch = dataclasses.replace(a, **changes)
+  for norm, readers in _readers(a, p).items():
+    gain, bias = p[norm]["scale"], p[norm].get("bias")
+    for reader in readers:
+      kernel = reader["kernel"]
+      if layernorm:
+        shift = np.tensordot(bias, kernel, axes=(0, 0))
+        reader["bias"] = reader.get("bias", np.zeros(kernel.shape[1:])) + shift
+      reader["kernel"] = kernel * gain.reshape((-1,) + (1,) * (kernel.ndim - 1))
+    p[norm]["scale"] = np.ones_like(gain)
+    if bias is not None:
+      p[norm]["bias"] = np.zeros_like(bias)
+  if layernorm:
+    for container, key in _writers(a, p):
+      container[key] = container[key] - container[key].mean(axis=-1, keepdims=True)
+  new = DecoderLM(arch, model.dtype)
+  return new, _as_params(new, p)
+
+
+def _as_params(model: DecoderLM, p: dict) -> dict:
+  """``p`` in the model's dtype, with zeros for any bias the model has and ``p`` lacks."""
+  shapes = jax.eval_shape(
+    lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+  )
+  flat = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(p)}
+  return jax.tree_util.tree_map_with_path(
+    lambda k, s: jnp.asarray(flat.get(jax.tree_util.keystr(k), np.zeros(s.shape)), model.dtype),
+    shapes,
+  )
+
+
+def mean_preserving(r: jax.Array | np.ndarray) -> np.ndarray:
+  """The ``d × d`` orthogonal matrix that fixes the all-ones direction and acts as ``r``
+  (``(d − 1) × (d − 1)``, orthogonal) on an orthonormal basis of its complement: the rotations a
+  LayerNorm model's stream allows (:func:`rotate_residual`)."""
+  r = np.asarray(r, np.float64)
+  d = r.shape[0] + 1
+  u = np.full(d, 1 / np.sqrt(d))
+  v = u - np.eye(d)[0]  # a Householder reflection taking e_0 to u
+  h = np.eye(d) - 2 * np.outer(v, v) / (v @ v)
+  basis = h[:, 1:]  # orthonormal, orthogonal to u
+  return np.outer(u, u) + basis @ r @ basis.T
+
+
+def rotate_residual(model: DecoderLM, params: dict, q) -> tuple[DecoderLM, dict]:
+  """The same function with its residual stream in another basis: after :func:`fold_norms`, every
+  site of the new model is the folded model's site times ``q``.
+
+  Writers (embeddings, attention and MLP outputs, their biases) are multiplied by ``q`` on their
+  ``d_model`` side, readers (query, key, value, MLP inputs, unembedding) by ``qᵀ``. Bare RMSNorm
+  commutes with every orthogonal ``q``; bare LayerNorm on the mean-zero stream commutes with the
+  ``q`` that fix the all-ones direction (:func:`mean_preserving`), and others are refused.
+  """
+  q = np.asarray(q, np.float64)
+  d = model.arch.d_model
+  if q.shape != (d, d) or not np.allclose(q @ q.T, np.eye(d), atol=1e-5):
+    raise ValueError(f"q must be an orthogonal ({d}, {d}) matrix; got shape {q.shape}")
+  if model.arch.norm == "layernorm" and not np.allclose(q @ np.ones(d), np.ones(d), atol=1e-5):
+    raise ValueError(
+      "a LayerNorm model's stream can only be rotated by a q that fixes the all-ones direction "
+      "(q @ 1 = 1); build one with pretrained.mean_preserving(r)"
+    )
+  folded, p = fold_norms(model, params)
+  a = folded.arch
+  p = _copy(p)
+  for container, key in _writers(a, p):
+    container[key] = np.tensordot(container[key], q, axes=(-1, 0))
+  for readers in _readers(a, p).values():
+    for reader in readers:
+      reader["kernel"] = np.tensordot(q.T, reader["kernel"], axes=(1, 0))
+  return folded, _as_params(folded, p)
+
+
 def next_token_losses(model: DecoderLM, params, tokens_BxT) -> jax.Array:
   """The cross-entropy of each next token, ``(B, T − 1)``: position ``t`` predicts token
   ``t + 1``."""
@@ -688,12 +817,15 @@ __all__ = [
   "arch_from_config",
   "attention_patterns",
   "check_tokens",
+  "fold_norms",
   "lm_losses",
   "load",
+  "mean_preserving",
   "next_token_losses",
   "param_names",
   "params_from_hf",
   "read_safetensors",
   "read_weights",
+  "rotate_residual",
   "site_names",
 ]

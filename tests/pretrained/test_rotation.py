@@ -1,0 +1,67 @@
+"""A function-preserving change of residual basis of a loaded checkpoint, and Procrustes finding it
+again (mechjax.models.pretrained.fold_norms, rotate_residual)."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mechjax.align import haar
+from mechjax.align import procrustes
+from mechjax.models import pretrained
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints")
+TOKENS = np.random.default_rng(3).integers(0, 61, (8, 20)).astype(np.int32)  # 160 rows > d = 32
+
+
+def run(model, params):
+  return jax.jit(lambda p, t: model.apply({"params": p}, t, return_sites=True))(params, TOKENS)
+
+
+def rows(x):
+  return np.asarray(x, np.float64).reshape(-1, x.shape[-1])
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt_neox", "gpt2"])
+def test_a_planted_rotation_keeps_the_logits_and_procrustes_recovers_it(name):
+  model, params = pretrained.load(os.path.join(HERE, name))
+  d = model.arch.d_model
+  layernorm = model.arch.norm == "layernorm"
+  key = jax.random.key(7)
+  if layernorm:
+    r = np.asarray(haar.haar_orthogonal(key, d - 1))
+    q = pretrained.mean_preserving(r)
+  else:
+    q = np.asarray(haar.haar_orthogonal(key, d))
+  logits, sites = run(model, params)
+  folded, folded_params = pretrained.fold_norms(model, params)
+  folded_logits, folded_sites = run(folded, folded_params)
+  rotated, rotated_params = pretrained.rotate_residual(model, params, q)
+  rotated_logits, rotated_sites = run(rotated, rotated_params)
+  # The function is unchanged, by folding and by rotating.
+  assert float(jnp.max(jnp.abs(folded_logits - logits))) <= 1e-4
+  assert float(jnp.max(jnp.abs(rotated_logits - logits))) <= 1e-4
+  # A rotation that is not a symmetry does change it: the check can fail.
+  if layernorm:
+    with pytest.raises(ValueError, match="fixes the all-ones direction"):
+      pretrained.rotate_residual(model, params, np.asarray(haar.haar_orthogonal(key, d)))
+  site = f"resid_post_{model.arch.num_layers - 1}"
+  x, y = rows(folded_sites[site]), rows(rotated_sites[site])
+  np.testing.assert_allclose(x @ q, y, atol=1e-4)
+  if layernorm:  # the folded stream is centred: the same point of the stream, less its mean
+    raw = rows(sites[site])
+    np.testing.assert_allclose(x, raw - raw.mean(axis=1, keepdims=True), atol=1e-4)
+  if layernorm:
+    with pytest.warns(RuntimeWarning, match="rank 31 < d = 32"):  # the all-ones direction is empty
+      fit = np.asarray(procrustes.orthogonal_procrustes(jnp.asarray(x), jnp.asarray(y)))
+    # On the mean-zero subspace, where the stream lives, the fit is the planted rotation.
+    u = np.full(d, 1 / np.sqrt(d))
+    complement = np.eye(d) - np.outer(u, u)
+    assert np.linalg.norm(complement @ (fit - q)) <= 1e-3
+  else:
+    fit = np.asarray(procrustes.orthogonal_procrustes(jnp.asarray(x), jnp.asarray(y)))
+    assert np.linalg.norm(fit - q) <= 1e-3
+  # Far from the identity, as a Haar draw in d = 32 is: ‖R − I‖_F near √(2d) = 8.
+  assert np.linalg.norm(q - np.eye(d)) > 6
