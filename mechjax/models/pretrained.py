@@ -778,6 +778,38 @@ def rotate_residual(model: DecoderLM, params: dict, q) -> tuple[DecoderLM, dict]
   return folded, _as_params(folded, p)
 
 
+def component_masks(model: DecoderLM, params: dict) -> dict[str, dict]:
+  """0/1 masks like ``params``, one per component, for the weight-restricted LLC and
+  susceptibilities (``param_mask=`` of :func:`mechjax.slt.estimate_llc`).
+
+  ``"attn_{l}.head_{h}"`` selects query head ``h``'s slice of the query kernel and bias and of the
+  output kernel, and the key and value slices of the key/value head it reads (head ``h // (heads
+  / kv_heads)``; under grouped-query attention that slice is shared by the group). ``"mlp_{l}"``
+  selects every weight of layer ``l``'s MLP. The projections are stored per head, so each mask is
+  exactly one head's weights, however the checkpoint fused them.
+  """
+  a = model.arch
+  group = a.num_heads // a.num_kv_heads
+  zeros = lambda: jax.tree.map(lambda x: np.zeros(np.shape(x), np.float32), params)
+  out = {}
+  for l in range(a.num_layers):
+    for h in range(a.num_heads):
+      m = zeros()
+      attn = m[f"attn_{l}"]
+      attn["query"]["kernel"][:, h] = 1
+      attn["out"]["kernel"][h] = 1
+      for name in ("key", "value"):
+        attn[name]["kernel"][:, h // group] = 1
+      for name, index in (("query", h), ("key", h // group), ("value", h // group)):
+        if "bias" in attn[name]:
+          attn[name]["bias"][index] = 1
+      out[f"attn_{l}.head_{h}"] = m
+    m = zeros()
+    m[f"mlp_{l}"] = jax.tree.map(np.ones_like, m[f"mlp_{l}"])
+    out[f"mlp_{l}"] = m
+  return out
+
+
 def next_token_losses(model: DecoderLM, params, tokens_BxT) -> jax.Array:
   """The cross-entropy of each next token, ``(B, T − 1)``: position ``t`` predicts token
   ``t + 1``."""
@@ -817,6 +849,7 @@ __all__ = [
   "arch_from_config",
   "attention_patterns",
   "check_tokens",
+  "component_masks",
   "fold_norms",
   "lm_losses",
   "load",

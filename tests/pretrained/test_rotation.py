@@ -65,3 +65,43 @@ def test_a_planted_rotation_keeps_the_logits_and_procrustes_recovers_it(name):
     assert np.linalg.norm(fit - q) <= 1e-3
   # Far from the identity, as a Haar draw in d = 32 is: ‖R − I‖_F near √(2d) = 8.
   assert np.linalg.norm(q - np.eye(d)) > 6
+
+
+def test_component_masks_select_exactly_one_heads_weights():
+  model, params = pretrained.load(os.path.join(HERE, "llama_gqa"))
+  masks = pretrained.component_masks(model, params)
+  a = model.arch
+  assert len(masks) == a.num_layers * (a.num_heads + 1)
+  # Perturbing only head 3 of layer 1 changes what that head writes and nothing in layer 0.
+  m = masks["attn_1.head_3"]
+  bumped = jax.tree.map(lambda p, k: p + 0.5 * k, params, m)
+  _, before = run(model, params)
+  _, after = run(model, bumped)
+  np.testing.assert_array_equal(before["resid_post_0"], after["resid_post_0"])
+  assert float(jnp.max(jnp.abs(after["attn_out_1"] - before["attn_out_1"]))) > 1e-3
+  count = sum(float(np.sum(x)) for x in jax.tree.leaves(m))
+  hd, d = a.head_dim, a.d_model
+  assert count == 4 * d * hd  # query and output slices of head 3, and its key/value head (1 of 2)
+  kv = m["attn_1"]["key"]["kernel"]
+  assert kv[:, 1].all() and not kv[:, 0].any()  # heads 2 and 3 read key/value head 1
+  mlp = masks["mlp_0"]
+  assert sum(float(np.sum(x)) for x in jax.tree.leaves(mlp)) == 3 * d * a.d_mlp
+
+
+def test_steering_a_site_moves_everything_downstream_only():
+  model, params = pretrained.load(os.path.join(HERE, "gpt_neox"))
+  v = np.zeros(model.arch.d_model, np.float32)
+  v[0] = 3.0
+  base = model.apply({"params": params}, TOKENS[:2], return_sites=True)[1]
+  steered = model.apply(
+    {"params": params}, TOKENS[:2], return_sites=True, steer={"resid_pre_1": v}
+  )[1]
+  np.testing.assert_array_equal(base["resid_post_0"], steered["resid_post_0"])
+  np.testing.assert_allclose(steered["resid_pre_1"], np.asarray(base["resid_pre_1"]) + v, atol=1e-6)
+  assert float(jnp.max(jnp.abs(steered["final_norm"] - base["final_norm"]))) > 1e-3
+  with pytest.raises(ValueError, match="cannot steer at \\['resid_mid_0'\\]"):
+    model.apply({"params": params}, TOKENS[:2], steer={"resid_mid_0": v})  # parallel: no mid
+  patterns = pretrained.attention_patterns(model, params, TOKENS[:2])
+  assert patterns.shape == (2, 2, 4, 20, 20)
+  np.testing.assert_allclose(patterns.sum(-1), 1.0, atol=1e-5)
+  assert float(jnp.max(jnp.triu(patterns, 1))) == 0.0  # causal
