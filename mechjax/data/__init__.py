@@ -1,5 +1,6 @@
 """Synthetic data generated on the device: Fourier-phase inputs (power-law amplitudes, controlled
-phases), parenthesis strings, Dyck-k sequences and token sequences with repeated halves.
+phases), parenthesis strings, Dyck-k sequences and token sequences with repeated halves; and token
+corpora from text files for pretrained language models (``data.tokens``).
 
 Each module is a namespace of its own (``data.fourier``, ``data.parens``, ``data.dyck``,
 ``data.repeats``); the Fourier tasks' samplers are also exported here.
@@ -14,6 +15,7 @@ from mechjax.data import dyck
 from mechjax.data import fourier
 from mechjax.data import parens
 from mechjax.data import repeats
+from mechjax.data import tokens
 from mechjax.data.fourier import colour
 from mechjax.data.fourier import phase_scramble
 from mechjax.data.fourier import power_law_amplitudes
@@ -31,5 +33,6 @@ __all__ = [
   "repeats",
   "sample_amplitude_task",
   "sample_phase_task",
+  "tokens",
   "whiten_amplitudes",
 ]

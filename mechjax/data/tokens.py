@@ -1,0 +1,176 @@
+"""Token corpora for pretrained language models: text files tokenized with a checkpoint's own
+``tokenizer.json``, stored in one memory-mapped token file, and seeded windows drawn from it.
+
+The token file (``.tokens``) is a 16-byte header, then the ids::
+
+    bytes 0-7    b"MJXTOK01"                 (the format and its version)
+    bytes 8-11   uint32 little-endian: 2 or 4 (bytes per id: uint16 or uint32)
+    bytes 12-15  uint32 little-endian: the end-of-document id written between documents
+    bytes 16-    the ids, little-endian, one document after another, each followed by that id
+
+uint16 is used whenever the vocabulary fits (ids below 65,536), uint32 otherwise.
+:func:`read_tokens` memory-maps the ids, so a corpus larger than memory costs nothing until it is
+read.
+
+Example::
+
+    from mechjax.data import tokens
+    path = tokens.corpus_from_text("my_texts/", "checkpoints/pythia-70m", "corpus.tokens")
+    ids = tokens.read_tokens(path)
+    windows = tokens.sample_windows(ids, seq_len=256, num=512, seed=0)  # (512, 256) int32
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+
+from mechjax import rng
+
+MAGIC = b"MJXTOK01"
+HEADER = 16
+
+
+class TokenFile(np.memmap):
+  """The ids of a token file (a read-only memory map) with its ``eos_id``."""
+
+  eos_id: int
+
+
+def write_tokens(
+  path: str | os.PathLike, documents, eos_id: int, *, vocab_size: int | None = None
+) -> str:
+  """Writes ``documents`` (an iterable of id sequences) to the token file ``path``, ``eos_id`` after
+  each one, and returns the path. With ``vocab_size`` the documents are streamed to disk (the id
+  width follows from it); without, they are held until the widest id is known. Refuses to
+  overwrite an existing file, and ids outside ``[0, vocab_size)``."""
+  path = os.fspath(path)
+  if os.path.exists(path):
+    raise FileExistsError(f"{path} exists; remove it or choose another path for the token file")
+  if vocab_size is None:
+    documents = [np.asarray(d, np.int64).ravel() for d in documents]
+    vocab_size = 1 + max([int(eos_id)] + [int(d.max()) for d in documents if d.size])
+  if not 0 <= int(eos_id) < vocab_size:
+    raise ValueError(f"eos_id must lie in [0, {vocab_size}); got {eos_id}")
+  width = 2 if vocab_size <= 2**16 else 4
+  dtype = np.dtype("<u2" if width == 2 else "<u4")
+  eos = np.array([eos_id], dtype).tobytes()
+  tmp, count = path + ".partial", 0
+  try:
+    with open(tmp, "wb") as f:
+      f.write(MAGIC + np.array([width, eos_id], "<u4").tobytes())
+      for d in documents:
+        d = np.asarray(d, np.int64).ravel()
+        if d.size and (d.min() < 0 or d.max() >= vocab_size):
+          raise ValueError(
+            f"document {count}: token ids must lie in [0, {vocab_size}); got ids from {d.min()} "
+            f"to {d.max()}"
+          )
+        f.write(d.astype(dtype).tobytes() + eos)
+        count += 1
+    if count == 0:
+      raise ValueError("no documents to write; pass at least one sequence of token ids")
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return path
+
+
+def read_tokens(path: str | os.PathLike) -> TokenFile:
+  """The ids of a token file as a read-only memory map, with ``.eos_id``."""
+  path = os.fspath(path)
+  with open(path, "rb") as f:
+    head = f.read(HEADER)
+  if len(head) < HEADER or head[:8] != MAGIC:
+    raise ValueError(f"{path} is not a mechjax token file (it does not start with {MAGIC!r})")
+  width, eos_id = np.frombuffer(head[8:], "<u4")
+  if width not in (2, 4):
+    raise ValueError(f"{path}: bytes per id must be 2 or 4; the header says {width}")
+  ids = np.memmap(path, dtype="<u2" if width == 2 else "<u4", mode="r", offset=HEADER)
+  out = ids.view(TokenFile)
+  out.eos_id = int(eos_id)
+  return out
+
+
+def sample_windows(ids, seq_len: int, num: int, seed: int, stream: str = "windows") -> np.ndarray:
+  """``num`` windows of ``seq_len`` consecutive ids, ``(num, seq_len)`` int32, at start positions
+  drawn uniformly (with replacement) from the named stream ``stream`` of ``seed``
+  (:func:`mechjax.rng.numpy`): the same seed gives the same windows."""
+  n = len(ids)
+  if seq_len < 1 or num < 1:
+    raise ValueError(f"seq_len and num must be positive; got seq_len={seq_len}, num={num}")
+  if n < seq_len:
+    raise ValueError(f"the corpus has {n} tokens, fewer than one window of seq_len={seq_len}")
+  starts = rng.numpy(seed, stream).integers(0, n - seq_len + 1, size=num)
+  return np.stack([np.asarray(ids[s : s + seq_len], np.int32) for s in starts])
+
+
+def tokenizer(path: str | os.PathLike):
+  """The ``tokenizers.Tokenizer`` of a ``tokenizer.json`` (a checkpoint's own)."""
+  try:
+    import tokenizers
+  except ImportError:
+    raise ImportError(
+      "reading tokenizer.json needs the tokenizers package: pip install -r requirements.txt"
+    ) from None
+  path = os.fspath(path)
+  if os.path.isdir(path):
+    path = os.path.join(path, "tokenizer.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} does not exist; pass a checkpoint's tokenizer.json")
+  return tokenizers.Tokenizer.from_file(path)
+
+
+def corpus_from_text(
+  texts: str | os.PathLike,
+  tokenizer_json: str | os.PathLike,
+  out: str | os.PathLike,
+  *,
+  eos_id: int | None = None,
+) -> str:
+  """Tokenizes every ``*.txt`` file under the folder ``texts`` (sorted by path; or one text file)
+  with ``tokenizer_json`` and writes them, one document per file, to the token file ``out``.
+
+  Args:
+    texts: a folder of ``.txt`` files (searched recursively), or one file.
+    tokenizer_json: the checkpoint's ``tokenizer.json``, or the checkpoint directory.
+    out: the token file to write (refused if it exists).
+    eos_id: the id written between documents; default the tokenizer's ``<|endoftext|>``, ``</s>``
+      or ``<eos>``, whichever it has.
+
+  Returns:
+    ``out``.
+  """
+  texts = os.fspath(texts)
+  files = (
+    [texts]
+    if os.path.isfile(texts)
+    else sorted(glob.glob(os.path.join(texts, "**", "*.txt"), recursive=True))
+  )
+  if not files:
+    raise FileNotFoundError(f"no .txt files under {texts}")
+  tok = tokenizer(tokenizer_json)
+  if eos_id is None:
+    eos_id = next(
+      (
+        tok.token_to_id(t)
+        for t in ("<|endoftext|>", "</s>", "<eos>")
+        if tok.token_to_id(t) is not None
+      ),
+      None,
+    )
+    if eos_id is None:
+      raise ValueError(
+        "the tokenizer has no <|endoftext|>, </s> or <eos> token; pass eos_id= for the id written "
+        "between documents"
+      )
+
+  def documents():
+    for f in files:
+      with open(f, encoding="utf-8") as fh:
+        yield tok.encode(fh.read(), add_special_tokens=False).ids
+
+  return write_tokens(out, documents(), eos_id, vocab_size=tok.get_vocab_size())

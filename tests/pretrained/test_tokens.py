@@ -1,0 +1,61 @@
+"""Token corpora: the token file format, seeded windows, and text files tokenized with a
+tokenizer.json (mechjax.data.tokens)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from mechjax.data import tokens
+
+
+def test_the_token_file_round_trips_and_says_its_format(tmp_path):
+  docs = [[5, 6, 7], [], [65535, 1]]
+  path = tokens.write_tokens(tmp_path / "c.tokens", docs, eos_id=0)
+  raw = open(path, "rb").read()
+  assert raw[:8] == b"MJXTOK01" and np.frombuffer(raw[8:16], "<u4").tolist() == [2, 0]
+  ids = tokens.read_tokens(path)
+  assert isinstance(ids, np.memmap) and ids.eos_id == 0 and ids.dtype == np.dtype("<u2")
+  assert ids.tolist() == [5, 6, 7, 0, 0, 65535, 1, 0]
+  wide = tokens.read_tokens(tokens.write_tokens(tmp_path / "w.tokens", [[70000]], eos_id=3))
+  assert wide.dtype == np.dtype("<u4") and wide.tolist() == [70000, 3]
+  with pytest.raises(FileExistsError, match="exists"):
+    tokens.write_tokens(path, docs, eos_id=0)
+  with pytest.raises(ValueError, match=r"document 1: token ids must lie in \[0, 10\)"):
+    tokens.write_tokens(tmp_path / "bad.tokens", [[1], [12]], eos_id=0, vocab_size=10)
+  assert not (tmp_path / "bad.tokens").exists() and not (tmp_path / "bad.tokens.partial").exists()
+  (tmp_path / "x.bin").write_bytes(b"not a token file at all")
+  with pytest.raises(ValueError, match="not a mechjax token file"):
+    tokens.read_tokens(tmp_path / "x.bin")
+
+
+def test_windows_are_seeded_and_consecutive(tmp_path):
+  ids = tokens.read_tokens(tokens.write_tokens(tmp_path / "c.tokens", [np.arange(1, 500)], 0))
+  a = tokens.sample_windows(ids, seq_len=16, num=32, seed=0)
+  assert a.shape == (32, 16) and a.dtype == np.int32
+  np.testing.assert_array_equal(a, tokens.sample_windows(ids, 16, 32, seed=0))
+  assert not np.array_equal(a, tokens.sample_windows(ids, 16, 32, seed=1))
+  assert (np.diff(a[a[:, 0] < 480], axis=1) == 1).all()  # consecutive ids of the corpus
+  with pytest.raises(ValueError, match="fewer than one window"):
+    tokens.sample_windows(ids, seq_len=1000, num=1, seed=0)
+
+
+def test_a_folder_of_text_files_becomes_a_corpus_in_one_call(tmp_path):
+  tk = pytest.importorskip("tokenizers")
+  # A tiny word-level tokenizer.json made here (nothing is downloaded).
+  vocab = {"<|endoftext|>": 0, "[UNK]": 1, "the": 2, "cat": 3, "sat": 4, "mat": 5, "on": 6}
+  model = tk.Tokenizer(tk.models.WordLevel(vocab, unk_token="[UNK]"))
+  model.pre_tokenizer = tk.pre_tokenizers.Whitespace()
+  model.add_special_tokens(["<|endoftext|>"])
+  model.save(str(tmp_path / "tokenizer.json"))
+  assert json.loads((tmp_path / "tokenizer.json").read_text())["model"]["type"] == "WordLevel"
+  texts = tmp_path / "texts"
+  (texts / "b").mkdir(parents=True)
+  (texts / "a.txt").write_text("the cat sat")
+  (texts / "b" / "c.txt").write_text("on the mat dog")
+  (texts / "skip.md").write_text("the the the")
+  path = tokens.corpus_from_text(texts, tmp_path, tmp_path / "corpus.tokens")
+  ids = tokens.read_tokens(path)
+  assert ids.tolist() == [2, 3, 4, 0, 6, 2, 5, 1, 0] and ids.eos_id == 0
+  with pytest.raises(FileNotFoundError, match="no .txt files"):
+    tokens.corpus_from_text(tmp_path / "texts" / "b" / "nothing", tmp_path, tmp_path / "x.tokens")
