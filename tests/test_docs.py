@@ -1,4 +1,5 @@
-"""The examples in the docs run: every ```python block of docs/your_model.md on its own, each in
+"""The examples in the docs run: every ```python block of docs/your_model.md and docs/pretrained.md
+on its own, each in
 a fresh process from a folder outside the checkout (blocks marked ``# requires: torch`` only where
 torch is installed), and the README's "Use it on your model" example."""
 
@@ -43,6 +44,25 @@ PRINTS = [
   ("scale 1.700", "rotation recovered: True", "eigenangle_ks"),
   ("population LLC at n = 1024", "susceptibilities from a sampler: (1, 1, 128)"),
 ]
+
+
+PRETRAINED = blocks(os.path.join(ROOT, "docs", "pretrained.md"))
+PRETRAINED_PRINTS = [
+  ("gpt_neox 2 layers, d_model 32", "logits (2, 12, 61)", "final_norm", "moved the logits by True"),
+  ("111 tokens; end-of-document id 0 ; windows (4, 8)",),
+  ("(uniform guessing: 4.111)", "10 components", "LLC of head 1.2: "),
+  ("same function: True", "rotation recovered: True", "against sqrt(2d) = 8.0"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(PRETRAINED_PRINTS)))
+def test_each_example_in_pretrained_runs_alone(index, tmp_path):
+  assert len(PRETRAINED) == len(PRETRAINED_PRINTS)
+  r = _run(PRETRAINED[index], tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  for text in PRETRAINED_PRINTS[index]:
+    assert text in r.stdout, (text, r.stdout[-2000:])
 
 
 def test_the_block_finder_sees_every_block():
