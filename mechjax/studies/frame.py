@@ -1,7 +1,8 @@
 """What every study does around its science: the workdir contract, cached stages, and the ending.
 
 A study module defines ``NAME``, a ``Config`` (:mod:`mechjax.config`), ``report(summary) -> lines``
-and its ``run``, decorated with :func:`study`::
+and its ``run``, decorated with :func:`study`; optionally ``REQUIRED = {setting: what to pass}``
+for settings without a usable default (a checkpoint directory), refused by name while unset::
 
     @frame.study
     def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
@@ -192,6 +193,13 @@ def study(body: Callable[[Any, Context], Outputs]):
   ) -> dict:
     if not isinstance(cfg, config_lib.Settings):
       raise TypeError(f"cfg must be the study's Config; got {type(cfg).__name__}")
+    module = sys.modules.get(body.__module__)
+    missing = [k for k in getattr(module, "REQUIRED", {}) if not getattr(cfg, k)]
+    if missing:
+      raise config_lib.ConfigError(
+        missing,
+        "required; pass " + "; and ".join(f"--{k}: {module.REQUIRED[k]}" for k in missing),
+      )
     workdir = os.fspath(workdir)
     status = workdir_lib.prepare(workdir, cfg, overwrite=overwrite)
     if status is workdir_lib.Status.COMPLETE:
@@ -204,7 +212,6 @@ def study(body: Callable[[Any, Context], Outputs]):
       with open(os.path.join(workdir, "summary.json")) as f:
         return json.load(f)
     ctx = Context(workdir, progress, getattr(cfg, "run", None), tensorboard)
-    module = sys.modules.get(body.__module__)
     return finish(workdir, body(cfg, ctx), getattr(module, "report", None))
 
   run.__doc__ = (body.__doc__ or "") + (

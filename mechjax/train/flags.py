@@ -259,7 +259,7 @@ def run(main: Callable[[list[str]], None]) -> None:
     try:
       initialize_distributed()
       main(argv)
-    except (WorkdirError, FlagError) as e:
+    except (WorkdirError, FlagError, config_lib.ConfigError) as e:
       print(f"error: {_one_line(e)}", file=sys.stderr)
       sys.exit(2)
     except (NonFiniteError, StudyStopped) as e:

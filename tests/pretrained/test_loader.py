@@ -1,6 +1,7 @@
 """mechjax.models.pretrained against transformers, without torch: the tiny checkpoints in
 ``checkpoints/`` and what transformers computed on them (``make_checkpoints.py``)."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -263,3 +264,17 @@ def test_the_llc_of_a_loaded_checkpoint():
   )
   assert result.llc_per_chain.shape == (2,) and np.all(np.isfinite(result.llc_per_chain))
   assert float(result.init_loss) == pytest.approx(float(loss_fn(params, windows)), rel=1e-5)
+
+
+def test_pytorch_model_bin_without_torch_says_how_to_convert(tmp_path):
+  if importlib.util.find_spec("torch") is not None:
+    pytest.skip("torch is installed here; the live test reads .bin files")
+  folder = copy("gpt2", tmp_path)
+  (folder / "model.safetensors").unlink()
+  (folder / "pytorch_model.bin").write_bytes(b"")
+  with pytest.raises(pretrained.CheckpointError, match="needs torch to read.*save_file") as err:
+    pretrained.load(folder)
+  assert "\n" not in str(err.value)
+  (folder / "config.json").unlink()
+  with pytest.raises(pretrained.CheckpointError, match="has no config.json"):
+    pretrained.load(folder)

@@ -1,0 +1,171 @@
+"""The LLC and per-token susceptibilities of a pretrained language model, whole and per component.
+
+One SGLD program (:func:`mechjax.slt.estimate_susceptibilities`) samples the localized, tempered
+posterior at the checkpoint's weights ``w*`` once with every weight free (``"all"``) and once per
+component with only that component's weights free: each attention head and each MLP
+(:func:`mechjax.models.pretrained.component_masks`, devinterp's "weight restrictions"). For each it
+reports
+
+* the (weight-refined) LLC ``λ̂_C = nβ·E_w[L(w) − L(w*)]`` (Lau et al. 2023, arXiv 2308.12108), on a
+  fixed evaluation subset of the windows;
+* the susceptibility of every probe token ``χ_C,i = −Cov(φ_C, ℓ_i − L)`` with ``φ_C = L(w) − L(w*)``
+  (Baker et al. 2025, arXiv 2504.18274), from the same draws, with its standard error over chains.
+
+The data are seeded windows of ``--seq_len`` tokens from a token file (:mod:`mechjax.data.tokens`),
+``--num_windows`` for SGLD and ``--num_probes`` more whose tokens are the probes. Nothing is
+downloaded: ``--model`` is a checkpoint directory on disk.
+
+Outputs: ``summary.json``, ``susceptibilities.npz`` (``chi``, ``standard_error``, ``llc``, the probe
+windows) and ``figures/susceptibilities.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import numpy as np
+
+from mechjax import config
+from mechjax import plotting
+from mechjax import rng
+from mechjax import slt
+from mechjax.data import tokens as tokens_lib
+from mechjax.models import pretrained
+from mechjax.slt import sgld as sgld_lib
+from mechjax.studies import frame
+
+NAME = "pretrained_llc"
+REQUIRED = {
+  "model": "a Hugging Face checkpoint directory on disk (config.json and model.safetensors); get "
+  "one once where the hub is reachable, e.g. huggingface-cli download EleutherAI/pythia-70m "
+  "--local-dir pythia-70m",
+  "corpus": 'a token file (python -c "from mechjax.data import tokens; '
+  "tokens.corpus_from_text('texts/', 'pythia-70m', 'corpus.tokens')\")",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(config.Settings):
+  model: str = config.setting("", "The checkpoint directory (config.json and the weights).")
+  corpus: str = config.setting("", "The token file (mechjax.data.tokens) the windows come from.")
+  seq_len: int = config.setting(64, "Tokens per window.", check=config.at_least(2))
+  num_windows: int = config.setting(
+    1024, "Windows the posterior is tempered on (n).", check=config.at_least(2)
+  )
+  num_probes: int = config.setting(
+    8, "Further windows whose next-token losses are the probes.", check=config.at_least(1)
+  )
+  seed: int = config.setting(0, "Seed of the windows and of the chains.", check=config.at_least(0))
+  eval_size: int = config.setting(
+    256, "Windows in the fixed evaluation subset that defines L.", check=config.at_least(1)
+  )
+  sgld: sgld_lib.SGLDSettings = config.group(
+    sgld_lib.SGLDSettings(
+      step_size=1e-5,
+      localization=100.0,
+      batch_size=16,
+      num_chains=4,
+      num_draws=200,
+      num_burnin=50,
+    )
+  )
+
+
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """Loads the checkpoint and the corpus, samples every component's posterior in one program, and
+  writes the summary, the susceptibilities and the figure."""
+  model, params = pretrained.load(cfg.model)
+  ids = tokens_lib.read_tokens(cfg.corpus)
+  windows = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_windows, cfg.seed, "sgld-windows")
+  probes = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_probes, cfg.seed, "probe-windows")
+  pretrained.check_tokens(model.arch, windows)
+  components = {"all": None, **pretrained.component_masks(model, params)}
+  ctx.log(f"{len(components)} components: sampling {cfg.sgld.num_chains} chains of each")
+
+  def compute():
+    result = slt.estimate_susceptibilities(
+      functools.partial(pretrained.next_token_losses, model),
+      params,
+      windows,
+      probes,
+      key=rng.key(cfg.seed, "pretrained-llc"),
+      components=components,
+      eval_size=cfg.eval_size,
+      settings=cfg.sgld,
+    )
+    return {
+      "chi": np.asarray(result.chi[:, 0]),
+      "standard_error": np.asarray(result.standard_error[:, 0]),
+      "llc": np.asarray(result.llc),
+      "nbeta": np.asarray(result.nbeta),
+      "probes": probes,
+    }
+
+  sus = ctx.stage("susceptibilities", compute, fmt="npz")
+  names = list(components)
+  chi, se = sus["chi"], sus["standard_error"]
+  summary = {
+    "model": {
+      "family": model.arch.family,
+      "layers": model.arch.num_layers,
+      "d_model": model.arch.d_model,
+      "parameters": int(sum(np.size(x) for x in jax.tree.leaves(params))),
+    },
+    "nbeta": float(sus["nbeta"]),
+    "probe_tokens": int(chi.shape[1]),
+    "components": {
+      name: {
+        "llc": float(sus["llc"][c]),
+        "chi_mean": float(np.mean(chi[c])),
+        "chi_abs_mean": float(np.mean(np.abs(chi[c]))),
+        "chi_se_mean": float(np.mean(se[c])),
+        # Tokens whose χ is more than two standard errors from zero: what the chains resolve.
+        "resolved_fraction": float(np.mean(np.abs(chi[c]) > 2 * se[c])),
+      }
+      for c, name in enumerate(names)
+    },
+  }
+  return frame.Outputs(
+    summary,
+    figures=lambda folder: [plot(names, chi, f"{folder}/susceptibilities.png")],
+    files={"components.json": names},
+    captions={
+      "susceptibilities.png": "The susceptibility χ of every probe token (columns, window by "
+      "window) for each component (rows; 'all' frees every weight): red where the token's loss "
+      "moves against the component's loss change in the posterior, blue where with it. Each "
+      "component's LLC is in the results above."
+    },
+  )
+
+
+def report(summary: dict) -> list[str]:
+  """The model, nβ, and per component its LLC and how many probe tokens the chains resolve."""
+  m = summary["model"]
+  lines = [
+    f"  {m['family']}: {m['layers']} layers, d_model {m['d_model']}, {m['parameters']:,} "
+    f"parameters; nβ = {summary['nbeta']:.1f}, {summary['probe_tokens']} probe tokens"
+  ]
+  for name, c in summary["components"].items():
+    lines.append(
+      f"  {name:<16} LLC {c['llc']:8.2f} | mean χ {c['chi_mean']:+.3g} | |χ| > 2 s.e. for "
+      f"{100 * c['resolved_fraction']:.0f}% of tokens"
+    )
+  return lines
+
+
+def plot(names: list[str], chi: np.ndarray, path: str) -> str:
+  plt = plotting.plt
+  fig, ax = plt.subplots(figsize=(min(16, 4 + 0.08 * chi.shape[1]), 1.2 + 0.25 * len(names)))
+  vmax = float(np.max(np.abs(chi))) or 1.0
+  im = ax.imshow(chi, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest")
+  ax.set_yticks(range(len(names)), names, fontsize=7)
+  ax.set_xlabel("probe token (windows in order)")
+  ax.set_title("per-token susceptibility χ of each component", fontsize=10)
+  fig.colorbar(im, ax=ax, fraction=0.03)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
