@@ -51,6 +51,7 @@ PRETRAINED_PRINTS = [
   ("gpt_neox 2 layers, d_model 32", "logits (2, 12, 61)", "final_norm", "moved the logits by True"),
   ("111 tokens; end-of-document id 0 ; windows (4, 8)",),
   ("(uniform guessing: 4.111)", "10 components", "LLC of head 1.2: "),
+  ("chi (3, 1, 22) per ('attn_1.head_0', 'attn_1.head_3', 'mlp_1') ; probe tokens (2, 11)",),
   ("same function: True", "rotation recovered: True", "against sqrt(2d) = 8.0"),
 ]
 
