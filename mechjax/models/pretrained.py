@@ -628,7 +628,7 @@ def params_from_hf(arch: Arch, get: Callable[[str, tuple], np.ndarray], has=None
   if not a.tied_embeddings:
     neox_head = a.family == "gpt_neox" and has is not None and has("embed_out.weight")
     head = "embed_out.weight" if neox_head else "lm_head.weight"
-    p["unembed"] = {"kernel": get("^" + head, (a.vocab_size, d)).T}
+    p["unembed"] = {"kernel": get(head, (a.vocab_size, d)).T}
   return p
 
 
@@ -647,11 +647,8 @@ def load(directory: str | os.PathLike, *, dtype=jnp.float32) -> tuple[DecoderLM,
     arch = arch_from_config(json.load(f))
   tensors = read_weights(directory)
   prefix = _PREFIXES[arch.family]
-  store = _Weights(tensors, (prefix, ""), np.dtype(dtype))
-  top = _Weights(tensors, ("",), np.dtype(dtype))
-  get = lambda key, shape: top(key[1:], shape) if key.startswith("^") else store(key, shape)
-  has = lambda key: top.has(key)
-  params = params_from_hf(arch, get, has)
+  store = _Weights(tensors, (prefix, ""), np.dtype(dtype))  # the body's names, then top-level
+  params = params_from_hf(arch, store, store.has)
   params = jax.tree.map(lambda x: jnp.asarray(x, dtype), params)
   return DecoderLM(arch, dtype), params
 
@@ -833,14 +830,6 @@ def lm_losses(model: DecoderLM) -> tuple[Callable, Callable]:
   return loss_fn, per_sample_loss
 
 
-def param_names(params) -> list[str]:
-  """Every leaf's path, ``"attn_0/query/kernel"``, …"""
-  return [
-    "/".join(str(getattr(k, "key", k)) for k in path)
-    for path, _ in jax.tree_util.tree_leaves_with_path(params)
-  ]
-
-
 __all__ = [
   "ARCHITECTURES",
   "Arch",
@@ -855,7 +844,6 @@ __all__ = [
   "load",
   "mean_preserving",
   "next_token_losses",
-  "param_names",
   "params_from_hf",
   "read_safetensors",
   "read_weights",

@@ -65,7 +65,7 @@ def test_logits_sites_and_loss_gradients_match_transformers(name):
   source = {k: hf.get(k, np.zeros(v.shape, np.float32)) for k, v in tensors.items()}
   prefix = pretrained._PREFIXES[model.arch.family]
   get = lambda key, shape: np.asarray(
-    source[key[1:]] if key.startswith("^") else source.get(prefix + key, source.get(key)),
+    source.get(prefix + key, source.get(key)),
     np.float32,
   ).reshape(shape)
   mapped = pretrained.params_from_hf(model.arch, get, lambda k: k in source)
