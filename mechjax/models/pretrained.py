@@ -49,6 +49,7 @@ import numpy as np
 
 from mechjax.models.transformer import leading
 
+SAVED_ARCHITECTURE = "MechjaxDecoderLM"  # mechjax's own layout, written by save()
 ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", "LlamaForCausalLM", "Qwen2ForCausalLM")
 ACTIVATIONS = {
   "gelu": lambda x: jax.nn.gelu(x, approximate=False),
@@ -136,6 +137,14 @@ def arch_from_config(cfg: dict) -> Arch:
   """The :class:`Arch` of a ``config.json`` (as a dict). Raises :class:`CheckpointError` for an
   architecture or a config value that is not implemented."""
   archs = cfg.get("architectures") or []
+  if archs == [SAVED_ARCHITECTURE]:
+    saved = cfg.get("mechjax_arch") or {}
+    fields = [f.name for f in dataclasses.fields(Arch)]
+    if sorted(saved) != sorted(fields):
+      _refuse(
+        f"config.json: mechjax_arch must give exactly the fields of Arch: {', '.join(fields)}"
+      )
+    return Arch(**saved)
   arch = next((a for a in archs if a in ARCHITECTURES), None)
   if arch is None:
     _refuse(
@@ -644,13 +653,83 @@ def load(directory: str | os.PathLike, *, dtype=jnp.float32) -> tuple[DecoderLM,
   if not os.path.exists(path):
     raise CheckpointError(f"{directory} has no config.json; pass a Hugging Face model directory")
   with open(path) as f:
-    arch = arch_from_config(json.load(f))
+    cfg = json.load(f)
+  arch = arch_from_config(cfg)
+  saved = cfg.get("architectures") == [SAVED_ARCHITECTURE]
   tensors = read_weights(directory)
+  if saved:
+    return _load_saved(arch, tensors, dtype)
   prefix = _PREFIXES[arch.family]
   store = _Weights(tensors, (prefix, ""), np.dtype(dtype))  # the body's names, then top-level
   params = params_from_hf(arch, store, store.has)
   params = jax.tree.map(lambda x: jnp.asarray(x, dtype), params)
   return DecoderLM(arch, dtype), params
+
+
+def _load_saved(arch: Arch, tensors: dict, dtype) -> tuple[DecoderLM, dict]:
+  """A checkpoint written by :func:`save`: one tensor per param, named by its path."""
+  model = DecoderLM(arch, dtype)
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
+  store = _Weights(tensors, ("",), np.dtype(dtype))
+  params = jax.tree_util.tree_map_with_path(
+    lambda k, s: jnp.asarray(store(_param_name(k), s.shape), dtype), shapes["params"]
+  )
+  return model, params
+
+
+def _param_name(path) -> str:
+  return ".".join(str(getattr(k, "key", k)) for k in path)
+
+
+_SAFETENSORS_NAMES = {np.dtype(v).name: k for k, v in _SAFETENSORS_DTYPES.items()}
+
+
+def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray]) -> None:
+  """Writes ``{name: array}`` as a ``.safetensors`` file (the format :func:`read_safetensors`
+  describes; tensors in name order, each contiguous, little-endian)."""
+  header, offset, arrays = {}, 0, []
+  for name in sorted(tensors):
+    a = np.ascontiguousarray(tensors[name])
+    if a.dtype.name not in _SAFETENSORS_NAMES:
+      raise ValueError(f"tensor {name} has dtype {a.dtype}; writable: {sorted(_SAFETENSORS_NAMES)}")
+    a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+    header[name] = {
+      "dtype": _SAFETENSORS_NAMES[a.dtype.name],
+      "shape": list(a.shape),
+      "data_offsets": [offset, offset + a.nbytes],
+    }
+    offset += a.nbytes
+    arrays.append(a)
+  blob = json.dumps(header).encode()
+  blob += b" " * (-len(blob) % 8)  # the data start 8-byte aligned
+  with open(path, "wb") as f:
+    f.write(np.uint64(len(blob)).astype("<u8").tobytes())
+    f.write(blob)
+    for a in arrays:
+      f.write(a.tobytes())
+
+
+def save(directory: str | os.PathLike, model: DecoderLM, params: dict) -> str:
+  """Writes ``(model, params)`` to a new checkpoint directory that :func:`load` reads back
+  exactly: ``config.json`` (``architectures: ["MechjaxDecoderLM"]`` and the :class:`Arch`) and
+  ``model.safetensors``, one tensor per param named by its path (``attn_0.query.kernel``).
+
+  For a model that is not a Hugging Face checkpoint as it stands: a folded or rotated one
+  (:func:`fold_norms`, :func:`rotate_residual`). This is mechjax's layout, not Hugging Face's:
+  transformers does not read it. A directory that already holds a ``config.json`` or weights is
+  refused, not overwritten. Returns the directory.
+  """
+  directory = os.fspath(directory)
+  for name in ("config.json", "model.safetensors", "model.safetensors.index.json"):
+    if os.path.exists(os.path.join(directory, name)):
+      raise FileExistsError(f"{directory} already holds {name}; save writes a new directory")
+  os.makedirs(directory, exist_ok=True)
+  flat = {_param_name(k): np.asarray(v) for k, v in jax.tree_util.tree_leaves_with_path(params)}
+  write_safetensors(os.path.join(directory, "model.safetensors"), flat)
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    cfg = {"architectures": [SAVED_ARCHITECTURE], "mechjax_arch": dataclasses.asdict(model.arch)}
+    json.dump(cfg, f, indent=2)
+  return directory
 
 
 # ----------------------------------------------------------------------------------------------

@@ -192,6 +192,37 @@ def test_sharded_safetensors_and_the_reader_agree_with_safetensors(tmp_path):
   )
 
 
+def test_save_writes_safetensors_that_load_reads_back_exactly_and_never_overwrites(tmp_path):
+  from safetensors.numpy import load_file
+
+  model, params = pretrained.load(os.path.join(HERE, "gpt_neox"))
+  q = pretrained.mean_preserving(np.linalg.qr(np.random.default_rng(0).normal(size=(31, 31)))[0])
+  rotated, rotated_params = pretrained.rotate_residual(model, params, q)
+  out = pretrained.save(tmp_path / "rotated", rotated, rotated_params)
+  on_disk = load_file(os.path.join(out, "model.safetensors"))  # the format, read by its own package
+  np.testing.assert_array_equal(
+    on_disk["attn_0.query.kernel"], rotated_params["attn_0"]["query"]["kernel"]
+  )
+  back, back_params = pretrained.load(out)
+  assert back.arch == rotated.arch and back.arch != model.arch  # folded: untied, with biases
+  for a, b in zip(jax.tree.leaves(back_params), jax.tree.leaves(rotated_params), strict=True):
+    np.testing.assert_array_equal(a, b)
+  tokens = jnp.asarray(expected("gpt_neox")["tokens"])
+  assert (
+    max_abs(back.apply({"params": back_params}, tokens), model.apply({"params": params}, tokens))
+    < 1e-4
+  )
+  with pytest.raises(
+    FileExistsError, match="already holds config.json; save writes a new directory"
+  ):
+    pretrained.save(out, rotated, rotated_params)
+  cfg = json.loads((tmp_path / "rotated" / "config.json").read_text())
+  del cfg["mechjax_arch"]["d_model"]
+  (tmp_path / "rotated" / "config.json").write_text(json.dumps(cfg))
+  with pytest.raises(pretrained.CheckpointError, match="mechjax_arch must give exactly the fields"):
+    pretrained.load(out)
+
+
 def test_a_folder_without_weights_says_what_it_expected(tmp_path):
   folder = copy("gpt2", tmp_path)
   (folder / "model.safetensors").unlink()

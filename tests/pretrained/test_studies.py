@@ -1,15 +1,19 @@
 """The studies on pretrained checkpoints, end to end on the tiny checkpoints
-(experiments.pretrained_llc)."""
+(experiments.pretrained_llc, experiments.pretrained_polymorphism)."""
 
 import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
+from mechjax.align import haar
 from mechjax.data import tokens
+from mechjax.models import pretrained
 from mechjax.studies import pretrained_llc
+from mechjax.studies import pretrained_polymorphism
 from tests.helpers import ROOT
 from tests.helpers import check_report
 
@@ -21,17 +25,87 @@ def corpus(tmp_path):
   return tokens.write_tokens(tmp_path / "corpus.tokens", docs, eos_id=0)
 
 
-def test_without_the_checkpoint_and_corpus_it_says_what_to_pass(tmp_path):
+@pytest.mark.parametrize(
+  "name, missing",
+  [("pretrained_llc", "model, corpus"), ("pretrained_polymorphism", "model_a, model_b, corpus")],
+)
+def test_without_the_checkpoints_and_corpus_it_says_what_to_pass(tmp_path, name, missing):
   r = subprocess.run(
-    [sys.executable, "-m", "experiments.pretrained_llc", f"--workdir={tmp_path / 'run'}"],
+    [sys.executable, "-m", f"experiments.{name}", f"--workdir={tmp_path / 'run'}"],
     cwd=ROOT,
     capture_output=True,
     text=True,
     timeout=120,
   )
   assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-  assert "model, corpus: required; pass --model:" in r.stderr and "huggingface-cli" in r.stderr
+  assert f"{missing}: required; pass --{missing.split(',')[0]}:" in r.stderr
+  assert "huggingface-cli download" in r.stderr and "corpus_from_text" in r.stderr
   assert not (tmp_path / "run").exists()  # nothing written
+
+
+def planted_pair(tmp_path, q=None):
+  """llama_gqa and the same function with its residual stream rotated by a Haar ``q``, saved."""
+  model, params = pretrained.load(os.path.join(HERE, "llama_gqa"))
+  if q is None:
+    q = np.asarray(haar.haar_orthogonal(jax.random.key(5), 32))
+  pretrained.save(tmp_path / "rotated", *pretrained.rotate_residual(model, params, q))
+  return os.path.join(HERE, "llama_gqa"), str(tmp_path / "rotated"), q
+
+
+@pytest.mark.slow
+def test_pretrained_polymorphism_recovers_a_planted_rotation_end_to_end(tmp_path):
+  model_a, model_b, q = planted_pair(tmp_path)
+  cfg = pretrained_polymorphism.Config().replace(
+    model_a=model_a,
+    model_b=model_b,
+    corpus=corpus(tmp_path),
+    seq_len=8,
+    fit_windows=16,
+    held_windows=8,
+    num_null=19,
+  )
+  summary = pretrained_polymorphism.run(cfg, tmp_path / "run", progress=False)
+  sites = ["resid_pre_0", "resid_mid_0", "resid_post_0", "resid_mid_1", "resid_post_1"]
+  assert list(summary["sites"]) == sites and summary["sqrt_2d"] == 8.0
+  rotations = np.load(tmp_path / "run" / "rotations.npz")
+  for site, row in summary["sites"].items():
+    np.testing.assert_allclose(rotations[site], q, atol=1e-5)  # float32 forwards, float64 fit
+    assert row["cross_covariance_rank"] == 32
+    assert row["aligned_ev_held_out"] > 1 - 1e-6 and row["identity_ev_held_out"] < 0.5
+    assert abs(row["frobenius_to_identity"] - np.linalg.norm(q - np.eye(32))) < 1e-4
+    assert abs(row["rotation_split_half_agreement"] - 1) < 1e-6
+    # B's own vector is A's through q, so the transferred one steers B exactly as much.
+    assert (
+      abs(row["steer_ratio"]["aligned"] - 1) < 1e-3 and abs(row["steer_cos_aligned"] - 1) < 1e-6
+    )
+    assert abs(row["steer_effect"]["native"]) > 1e-4
+  assert sorted(check_report(tmp_path / "run")) == ["figures/alignment.png"]
+  lines = pretrained_polymorphism.report(summary)
+  assert len(lines) == 1 + len(sites) and "EV " in lines[1] and "→ 1.000" in lines[1]
+
+
+def test_pretrained_polymorphism_refuses_models_of_different_widths(tmp_path):
+  import dataclasses
+
+  model, _ = pretrained.load(os.path.join(HERE, "llama_gqa"))
+  narrow = pretrained.DecoderLM(dataclasses.replace(model.arch, d_model=16))
+  shapes = jax.eval_shape(narrow.init, jax.random.key(0), np.zeros((1, 2), np.int32))["params"]
+  params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)  # only the width is read
+  pretrained.save(tmp_path / "narrow", narrow, params)
+  cfg = pretrained_polymorphism.Config().replace(
+    model_a=os.path.join(HERE, "llama_gqa"),
+    model_b=str(tmp_path / "narrow"),
+    corpus=corpus(tmp_path),
+  )
+  with pytest.raises(
+    ValueError, match="model_a, model_b: must have the same d_model; got 32 and 16"
+  ):
+    pretrained_polymorphism.run(cfg, tmp_path / "run", progress=False)
+  cfg = cfg.replace(model_b=cfg.model_a, seq_len=8, fit_windows=3)
+  with pytest.raises(
+    ValueError, match="fit_windows × seq_len = 24 tokens must be at least d_model"
+  ):
+    pretrained_polymorphism.run(cfg, tmp_path / "run2", progress=False)
 
 
 @pytest.mark.slow

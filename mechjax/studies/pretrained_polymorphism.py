@@ -1,0 +1,316 @@
+"""Do two pretrained language models differ by a rotation of the residual stream?
+
+The recipe of "Polymorphism Is Rotation" (McCann 2026) on two checkpoints ``A`` and ``B`` of the
+same width read from disk (two Pythia seeds, say): at every residual site (``resid_pre_0``, each
+``resid_mid_l`` where both models' blocks have one, each ``resid_post_l``; the final norm's output
+is not a residual site and is left out)
+
+* the centred orthogonal Procrustes fit ``R = argmin_{R ∈ O(d)} ‖(X_A − μ_A) R − (X_B − μ_B)‖_F``
+  (Schönemann 1966) on the activations of one batch of token windows, its SVD in float64;
+* the explained variance of ``X_B`` on held-out windows, raw (``X_A`` as it is) and through ``R``
+  (``(X_A − μ_A) R + μ_B``), :func:`mechjax.align.transfer.explained_variance`;
+* ``‖R − I‖_F`` beside ``√(2d)``, its value for a Haar-random ``R`` (``E tr R = 0``), and the Haar
+  tests of :func:`mechjax.align.haar.haar_test` (is ``R`` random, or close to a signed
+  permutation?);
+* steering transfer, measured in ``B``: the steering vector of a next-token concept is the
+  difference of means ``v = mean(x | next token = t*) − mean(x | next token ≠ t*)`` on the fit
+  windows, for ``t*`` the fit windows' most frequent next token. Added at the site (times
+  ``--steer_scale``), it raises ``B``'s mean ``log p(t*)`` on the held-out windows by some effect.
+  The study reports the effect of ``A``'s vector through ``R`` (``v_A R``), raw (``v_A``) and of a
+  random vector of ``v_B``'s norm, each over the effect of ``B``'s own ``v_B``.
+
+Outputs: ``summary.json``, ``rotations.npz`` (``R`` per site) and ``figures/alignment.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mechjax import config
+from mechjax import plotting
+from mechjax import rng
+from mechjax.align import haar
+from mechjax.align import procrustes
+from mechjax.align import transfer
+from mechjax.data import tokens as tokens_lib
+from mechjax.models import pretrained
+from mechjax.studies import frame
+
+NAME = "pretrained_polymorphism"
+_CHECKPOINT = (
+  "a Hugging Face checkpoint directory on disk (config.json and model.safetensors); get one once "
+  "where the hub is reachable, e.g. huggingface-cli download EleutherAI/pythia-70m-seed{} "
+  "--local-dir pythia-70m-seed{}"
+)
+REQUIRED = {
+  "model_a": _CHECKPOINT.format(1, 1),
+  "model_b": _CHECKPOINT.format(2, 2) + " (the same width and tokenizer as --model_a)",
+  "corpus": 'a token file (python -c "from mechjax.data import tokens; '
+  "tokens.corpus_from_text('texts/', 'pythia-70m-seed1', 'corpus.tokens')\")",
+}
+HAAR_SHOWN = ("frobenius_to_identity", "signed_permutation_distance", "entry_kurtosis")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(config.Settings):
+  model_a: str = config.setting("", "The source checkpoint directory (its stream is rotated).")
+  model_b: str = config.setting("", "The target checkpoint directory (steering is measured here).")
+  corpus: str = config.setting("", "The token file (mechjax.data.tokens) the windows come from.")
+  seq_len: int = config.setting(64, "Tokens per window.", check=config.at_least(2))
+  fit_windows: int = config.setting(
+    64,
+    "Windows whose activations fit R (windows × seq_len should exceed d).",
+    check=config.at_least(2),
+  )
+  held_windows: int = config.setting(
+    64, "Further windows every measurement is made on.", check=config.at_least(1)
+  )
+  batch_windows: int = config.setting(
+    8, "Windows per forward pass (bounds the memory of the logits).", check=config.at_least(1)
+  )
+  steer_scale: float = config.setting(
+    1.0, "Multiple of the steering vector added at the site.", check=config.positive
+  )
+  num_null: int = config.setting(
+    199, "Haar rotations in each test's null sample.", check=config.at_least(19)
+  )
+  seed: int = config.setting(0, "Seed of the windows and the tests.", check=config.at_least(0))
+
+
+def residual_sites(arch_a: pretrained.Arch, arch_b: pretrained.Arch) -> list[str]:
+  """The distinct residual sites both models have (``resid_pre_{l+1}`` is ``resid_post_l``)."""
+  b = set(pretrained.site_names(arch_b))
+  return [
+    s
+    for s in pretrained.site_names(arch_a)
+    if s in b and s.startswith("resid_") and (s == "resid_pre_0" or not s.startswith("resid_pre"))
+  ]
+
+
+def _site_fn(model, sites):
+  @jax.jit
+  def run(params, tokens):
+    _, acts = model.apply({"params": params}, tokens, return_sites=True)
+    return {s: acts[s].astype(jnp.float32) for s in sites}
+
+  return run
+
+
+def activations(model, params, windows, sites, batch) -> dict[str, np.ndarray]:
+  """``{site: (windows·seq_len, d)}`` in float64, window-major, ``batch`` windows per pass."""
+  run = _site_fn(model, sites)
+  parts = [
+    jax.device_get(run(params, windows[i : i + batch])) for i in range(0, len(windows), batch)
+  ]
+  return {
+    s: np.concatenate([p[s] for p in parts]).reshape(-1, parts[0][s].shape[-1]).astype(np.float64)
+    for s in sites
+  }
+
+
+def _steer_effect_fn(model, sites, target_token):
+  """``f(params, site_index, v, tokens) -> mean log p(target_token)`` over the windows' positions
+  with ``v`` added at ``sites[site_index]``: one compiled program for every site and vector."""
+
+  @jax.jit
+  def run(params, site_index, v, tokens):
+    steer = {s: jnp.where(i == site_index, 1.0, 0.0) * v for i, s in enumerate(sites)}
+    logits = model.apply({"params": params}, tokens, steer=steer)
+    return jnp.mean(jax.nn.log_softmax(logits.astype(jnp.float32))[..., target_token])
+
+  return run
+
+
+def _fit64(x, y) -> procrustes.ProcrustesFit:
+  with jax.enable_x64(True):
+    fit = procrustes.procrustes_fit(x, y, center=True)
+    return jax.tree.map(np.asarray, fit)
+
+
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """Loads both checkpoints and the corpus, fits ``R`` at every residual site, and measures the
+  explained variance, the Haar tests and steering transfer on held-out windows."""
+  model_a, params_a = pretrained.load(cfg.model_a)
+  model_b, params_b = pretrained.load(cfg.model_b)
+  a, b = model_a.arch, model_b.arch
+  for what in ("d_model", "vocab_size"):
+    if getattr(a, what) != getattr(b, what):
+      raise config.ConfigError(
+        ["model_a", "model_b"],
+        f"must have the same {what}; got {getattr(a, what)} and {getattr(b, what)}",
+      )
+  d = a.d_model
+  if cfg.fit_windows * cfg.seq_len < d:
+    raise config.ConfigError(
+      ["fit_windows", "seq_len"],
+      f"fit_windows × seq_len = {cfg.fit_windows * cfg.seq_len} tokens must be at least d_model = "
+      f"{d}, or the rotation is not determined by the fit",
+    )
+  ids = tokens_lib.read_tokens(cfg.corpus)
+  fit_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.fit_windows, cfg.seed, "fit-windows")
+  held_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.held_windows, cfg.seed, "held-windows")
+  for arch in (a, b):
+    pretrained.check_tokens(arch, fit_w)
+  sites = residual_sites(a, b)
+  ctx.log(
+    f"{len(sites)} residual sites, d = {d}; {fit_w.size} fit and {held_w.size} held-out tokens"
+  )
+  acts = {
+    (name, split): activations(model, params, w, sites, cfg.batch_windows)
+    for name, model, params in (("a", model_a, params_a), ("b", model_b, params_b))
+    for split, w in (("fit", fit_w), ("held", held_w))
+  }
+  # The concept: the fit windows' most frequent next token; its label at every position but the
+  # last of each window (which has no next token in the window).
+  nxt = fit_w[:, 1:]
+  target_token = int(np.bincount(nxt.ravel()).argmax())
+  has_next = np.zeros(fit_w.shape, bool)
+  has_next[:, :-1] = True
+  labels = np.zeros(fit_w.shape, bool)
+  labels[:, :-1] = nxt == target_token
+  has_next, labels = has_next.ravel(), labels.ravel()
+  effect_fn = _steer_effect_fn(model_b, sites, target_token)
+
+  def log_p(site_index, v):
+    v = jnp.asarray(cfg.steer_scale * v, jnp.float32)
+    chunks = range(0, len(held_w), cfg.batch_windows)
+    vals = [effect_fn(params_b, site_index, v, held_w[i : i + cfg.batch_windows]) for i in chunks]
+    sizes = [len(held_w[i : i + cfg.batch_windows]) for i in chunks]
+    return float(np.average(np.asarray(vals), weights=sizes))
+
+  clean = log_p(0, np.zeros(d))
+  rows, rotations = {}, {}
+  for si, site in enumerate(sites):
+    ctx.log(f"  {site}")
+    xa, xb = acts["a", "fit"][site], acts["b", "fit"][site]
+    ya, yb = acts["a", "held"][site], acts["b", "held"][site]
+    fit = _fit64(xa, xb)
+    r = fit.R
+    half = xa.shape[0] // 2  # rows are window-major: the halves hold different windows
+    r1, r2 = _fit64(xa[:half], xb[:half]).R, _fit64(xa[half:], xb[half:]).R
+    mapped = (ya - xa.mean(0)) @ r + xb.mean(0)
+    ev = lambda y, y_hat: float(transfer.explained_variance(jnp.asarray(y), jnp.asarray(y_hat)))
+    tests = haar.haar_test(r, rng.key(cfg.seed, "haar-test", si), num_null=cfg.num_null)
+    v_a = np.asarray(transfer.diff_of_means(xa[has_next], labels[has_next]), np.float64)
+    v_b = np.asarray(transfer.diff_of_means(xb[has_next], labels[has_next]), np.float64)
+    random_v = np.asarray(jax.random.normal(rng.key(cfg.seed, "random-steering", si), (d,)))
+    random_v = random_v * np.linalg.norm(v_b) / np.linalg.norm(random_v)
+    effect = {
+      kind: log_p(si, v) - clean
+      for kind, v in (("native", v_b), ("aligned", v_a @ r), ("raw", v_a), ("random", random_v))
+    }
+    native = effect["native"]
+    rows[site] = {
+      "cross_covariance_rank": int(fit.rank),
+      "cross_covariance_condition": float(fit.singular_values[-1] / fit.singular_values[0]),
+      "rotation_split_half_agreement": float(np.trace(r1.T @ r2) / d),
+      "identity_ev_held_out": ev(yb, ya),
+      "aligned_ev_held_out": ev(yb, mapped),
+      "aligned_ev_fit_batch": ev(xb, (xa - xa.mean(0)) @ r + xb.mean(0)),
+      "frobenius_to_identity": float(np.linalg.norm(r - np.eye(d))),
+      "haar": {
+        k: {q: t[q] for q in ("value", "null_mean", "null_sd", "p_value")} for k, t in tests.items()
+      },
+      "steer_effect": effect,
+      "steer_ratio": {
+        k: (effect[k] / native if abs(native) > 1e-9 else None)
+        for k in ("aligned", "raw", "random")
+      },
+      "steer_cos_aligned": float(_cos(v_a @ r, v_b)),
+      "steer_cos_raw": float(_cos(v_a, v_b)),
+    }
+    rotations[site] = r
+  summary = {
+    "models": {
+      name: {"family": m.arch.family, "layers": m.arch.num_layers, "directory": directory}
+      for name, m, directory in (("a", model_a, cfg.model_a), ("b", model_b, cfg.model_b))
+    },
+    "d_model": d,
+    "sqrt_2d": float(np.sqrt(2 * d)),
+    "fit_tokens": int(fit_w.size),
+    "held_out_tokens": int(held_w.size),
+    "steer_token": target_token,
+    "steer_token_log_p": clean,
+    "sites": rows,
+  }
+  return frame.Outputs(
+    summary,
+    figures=lambda folder: [plot(summary, f"{folder}/alignment.png")],
+    files={"rotations.npz": rotations},
+    captions={
+      "alignment.png": "Per residual site, left to right: the held-out explained variance of B's "
+      "activations by A's, raw and through the fitted rotation R; ‖R − I‖_F against √(2d) (dashed; "
+      "its Haar value) with the Haar null's mean ± 2 sd (band); and the effect on B's log p of the "
+      "steering token of A's steering vector through R, raw, and of a random vector, each over "
+      "the effect of B's own vector (1 = full transfer)."
+    },
+  )
+
+
+def _cos(u, v) -> float:
+  return float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v) + 1e-30))
+
+
+def report(summary: dict) -> list[str]:
+  """One line per site: explained variance raw → through R, ‖R − I‖_F against √(2d), the Haar
+  p-values, and the steering ratios."""
+  m = summary["models"]
+  lines = [
+    f"  A: {m['a']['family']} ({m['a']['layers']} layers), B: {m['b']['family']} "
+    f"({m['b']['layers']} layers); d = {summary['d_model']}, √(2d) = {summary['sqrt_2d']:.2f}; "
+    f"{summary['fit_tokens']:,} fit and {summary['held_out_tokens']:,} held-out tokens"
+  ]
+  fmt = lambda x: "  n/a" if x is None else f"{x:5.2f}"
+  for site, r in summary["sites"].items():
+    p = " ".join(f"{r['haar'][k]['p_value']:.2f}" for k in HAAR_SHOWN)
+    s = r["steer_ratio"]
+    rank = r["cross_covariance_rank"]
+    if rank < summary["d_model"]:
+      lines.append(f"  {site}: the cross-covariance has rank {rank} < d; R is partly arbitrary")
+    lines.append(
+      f"  {site:<13} EV {r['identity_ev_held_out']:+.3f} → {r['aligned_ev_held_out']:.3f} | "
+      f"‖R−I‖ {r['frobenius_to_identity']:.2f} | Haar p (‖R−I‖, perm, kurt) {p} | steer "
+      f"aligned {fmt(s['aligned'])} raw {fmt(s['raw'])} random {fmt(s['random'])}"
+    )
+  return lines
+
+
+def plot(summary: dict, path: str) -> str:
+  plt = plotting.plt
+  sites = list(summary["sites"])
+  rows = [summary["sites"][s] for s in sites]
+  x = np.arange(len(sites))
+  fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+  ax = axes[0]
+  ax.plot(x, [r["identity_ev_held_out"] for r in rows], "o-", label="raw")
+  ax.plot(x, [r["aligned_ev_held_out"] for r in rows], "o-", label="through R")
+  ax.set_ylabel("explained variance (held out)")
+  ax.legend(fontsize=8)
+  ax = axes[1]
+  frob = [r["haar"]["frobenius_to_identity"] for r in rows]
+  mean = np.array([f["null_mean"] for f in frob])
+  sd = np.array([f["null_sd"] for f in frob])
+  ax.fill_between(x, mean - 2 * sd, mean + 2 * sd, alpha=0.25, label="Haar null ± 2 sd")
+  ax.axhline(summary["sqrt_2d"], ls="--", c="k", lw=1, label="√(2d)")
+  values = [f["value"] for f in frob]
+  ax.plot(x, values, "o-", label="‖R − I‖_F")
+  ax.set_ylim(0, 1.15 * max(max(values), float(np.max(mean + 2 * sd)), summary["sqrt_2d"]))
+  ax.legend(fontsize=8)
+  ax = axes[2]
+  for kind in ("aligned", "raw", "random"):
+    ratios = [r["steer_ratio"][kind] for r in rows]
+    ax.plot(x, [np.nan if v is None else v for v in ratios], "o-", label=kind)
+  ax.axhline(1.0, ls=":", c="k", lw=1)
+  ax.set_ylabel("steering effect / B's own")
+  ax.legend(fontsize=8)
+  for ax in axes:
+    ax.set_xticks(x, sites, rotation=45, ha="right", fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
