@@ -347,7 +347,13 @@ class DecoderLM(nn.Module):
   dtype: jnp.dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens_BxT, return_sites: bool = False, steer: dict | None = None):
+  def __call__(
+    self, tokens_BxT, return_sites: bool = False, steer: dict | None = None, targets_BxT=None
+  ):
+    """The logits ``(B, T, vocab)`` (float32), or with ``targets_BxT`` (token ids, the shape of
+    ``tokens_BxT``) each position's cross-entropy ``logsumexp(logits) − logits[target]``,
+    ``(B, T)``. The target logit is taken from the target's unembedding column, not gathered from
+    the logits, so the gradient has no scatter over the vocabulary."""
     a = self.arch
     check_tokens(a, tokens_BxT)
     steer = dict(steer or {})
@@ -386,15 +392,31 @@ class DecoderLM(nn.Module):
     x = site("final_norm", norm("norm_final")(x))
     if a.tied_embeddings:
       logits = embed.attend(x)
+      kernel, bias = embed.embedding.T, None
     else:
-      logits = nn.Dense(
+      unembed = nn.Dense(
         a.vocab_size,
         use_bias=a.unembed_bias,
         dtype=self.dtype,
         param_dtype=self.dtype,
         name="unembed",
-      )(x)
+      )
+      logits = unembed(x)
+      kernel, bias = unembed.variables["params"]["kernel"], unembed.variables["params"].get("bias")
     logits = logits.astype(jnp.float32)
+    if targets_BxT is not None:
+      targets_BxT = jnp.asarray(targets_BxT)
+      if targets_BxT.shape != tokens_BxT.shape:
+        raise ValueError(
+          f"targets must have the tokens' shape {tuple(tokens_BxT.shape)}; got "
+          f"{tuple(targets_BxT.shape)}"
+        )
+      check_tokens(a, targets_BxT)
+      columns = jnp.take(kernel, targets_BxT, axis=1).astype(jnp.float32)  # (d, B, T)
+      chosen = jnp.einsum("btd,dbt->bt", x.astype(jnp.float32), columns)
+      if bias is not None:
+        chosen = chosen + jnp.take(bias, targets_BxT).astype(jnp.float32)
+      logits = jax.nn.logsumexp(logits, axis=-1) - chosen
     return (logits, sites) if return_sites else logits
 
 
@@ -890,8 +912,8 @@ def next_token_losses(model: DecoderLM, params, tokens_BxT) -> jax.Array:
   """The cross-entropy of each next token, ``(B, T − 1)``: position ``t`` predicts token
   ``t + 1``."""
   tokens_BxT = jnp.asarray(tokens_BxT)
-  logp = jax.nn.log_softmax(model.apply({"params": params}, tokens_BxT)[:, :-1])
-  return -jnp.take_along_axis(logp, tokens_BxT[:, 1:, None], axis=-1)[..., 0]
+  # Causal: the logits at positions < T − 1 do not see the last token, so it is not fed.
+  return model.apply({"params": params}, tokens_BxT[:, :-1], targets_BxT=tokens_BxT[:, 1:])
 
 
 def lm_losses(model: DecoderLM) -> tuple[Callable, Callable]:

@@ -34,10 +34,10 @@ def test_logits_sites_and_loss_gradients_match_transformers(name):
   want = expected(name)
   tokens = jnp.asarray(want["tokens"])
 
+  loss_fn, _ = pretrained.lm_losses(model)  # the loss the SLT calls sample with
+
   def loss(p):
-    logits, sites = model.apply({"params": p}, tokens, return_sites=True)
-    logp = jax.nn.log_softmax(logits[:, :-1])
-    return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)), (logits, sites)
+    return loss_fn(p, tokens), model.apply({"params": p}, tokens, return_sites=True)
 
   (value, (logits, sites)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
   assert logits.shape == want["logits"].shape
