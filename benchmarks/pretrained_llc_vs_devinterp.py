@@ -1,7 +1,7 @@
 """The LLC of a pythia-14m-shaped language model, mechjax against devinterp 2.0.1, whole process
 against whole process, and the forward pass against transformers'.
 
-    pip install -r benchmarks/requirements.txt transformers    # torch, devinterp (bench extra)
+    pip install -r benchmarks/requirements.txt   # torch, devinterp, transformers (the bench extra)
     python -m benchmarks.pretrained_llc_vs_devinterp
 
 The model is a randomly initialised ``GPTNeoXForCausalLM`` with pythia-14m's architecture (6
@@ -200,7 +200,7 @@ def main(argv):
   except ImportError as e:
     sys.exit(
       f"error: this benchmark needs torch, transformers and devinterp ({e}); install them with "
-      "`pip install -r benchmarks/requirements.txt transformers`"
+      "`pip install -r benchmarks/requirements.txt`"
     )
   import jax
 

@@ -6,10 +6,11 @@ import pytest
 
 
 @pytest.mark.slow
-def test_devinterp_benchmark_names_its_extra_requirements_when_they_are_missing(run_cli):
+@pytest.mark.parametrize("name", ["llc_vs_devinterp", "pretrained_llc_vs_devinterp"])
+def test_devinterp_benchmarks_name_their_extra_requirements_when_they_are_missing(run_cli, name):
   if importlib.util.find_spec("devinterp") is not None:
     pytest.skip("devinterp is installed: the benchmark would run in full")
-  done = run_cli("benchmarks.llc_vs_devinterp", timeout=120)
+  done = run_cli(f"benchmarks.{name}", timeout=120)
   assert done.returncode != 0 and "benchmarks/requirements.txt" in done.stderr
 
 
