@@ -40,6 +40,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from benchmarks import peers
 from benchmarks import timing
 from mechjax.train import flags as shared
 
@@ -243,29 +244,18 @@ def check_same_loss(inputs: dict) -> tuple[float, float]:
 
 def run_devinterp(inputs: dict, chains: int, draws: int) -> dict:
   import torch
-  from datasets import Dataset
-  from devinterp.slt.llc import llc
 
-  model = torch_model(inputs)
-  dataset = Dataset.from_dict({"input_ids": inputs["input_ids"].tolist()}).with_format("torch")
-  with tempfile.TemporaryDirectory() as tmp:
-    result = llc(
-      model,
-      dataset,
-      {},
-      lr=SETTINGS["step_size"],
-      n_beta=SETTINGS["nbeta"],
-      num_chains=chains,
-      num_draws=draws,
-      batch_size=SETTINGS["batch_size"],
-      localization=SETTINGS["localization"],
-      output_path=os.path.join(tmp, "samples.zarr"),
-    )
-    return {
-      "llc_mean": float(result["llc_mean"]),
-      "llc_std": float(result["llc_std"]),
-      "platform": "cuda" if torch.cuda.is_available() else "cpu",
-    }
+  out = peers.devinterp_llc(
+    torch_model(inputs),
+    inputs["input_ids"],
+    lr=SETTINGS["step_size"],
+    n_beta=SETTINGS["nbeta"],
+    num_chains=chains,
+    num_draws=draws,
+    batch_size=SETTINGS["batch_size"],
+    localization=SETTINGS["localization"],
+  )
+  return {**out, "platform": "cuda" if torch.cuda.is_available() else "cpu"}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from benchmarks import peers
 from benchmarks import timing
 from mechjax.train import flags as shared
 
@@ -111,29 +112,22 @@ def run_mechjax(checkpoint: str, windows: np.ndarray) -> dict:
 
 
 def run_devinterp(checkpoint: str, windows: np.ndarray) -> dict:
-  from datasets import Dataset
-  from devinterp.slt.llc import llc
   from transformers import GPTNeoXForCausalLM
 
-  model = GPTNeoXForCausalLM.from_pretrained(checkpoint)
-  dataset = Dataset.from_dict({"input_ids": windows.tolist()}).with_format("torch")
-  with tempfile.TemporaryDirectory() as tmp:
-    result = llc(
-      model,
-      dataset,
-      {},
-      lr=SETTINGS["step_size"],
-      n_beta=SETTINGS["nbeta"],
-      localization=SETTINGS["localization"],
-      output_path=os.path.join(tmp, "samples.zarr"),
-    )
-  return {"llc_mean": float(result["llc_mean"]), "llc_std": float(result["llc_std"])}
+  return peers.devinterp_llc(
+    GPTNeoXForCausalLM.from_pretrained(checkpoint),
+    windows,
+    lr=SETTINGS["step_size"],
+    n_beta=SETTINGS["nbeta"],
+    localization=SETTINGS["localization"],
+  )
 
 
 # ----------------------------------------------------------------------------------------------
 # the parent
-def build_checkpoint(folder: str, windows: np.ndarray, steps: int) -> tuple[float, float]:
-  """Builds, briefly trains and saves the model; returns the loss before and after."""
+def build_checkpoint(folder: str, windows: np.ndarray, steps: int) -> tuple[float, float, int]:
+  """Builds, briefly trains and saves the model; returns the loss before and after, and the number
+  of parameters."""
   import torch
   from transformers import GPTNeoXConfig
   from transformers import GPTNeoXForCausalLM
@@ -154,7 +148,7 @@ def build_checkpoint(folder: str, windows: np.ndarray, steps: int) -> tuple[floa
   with torch.no_grad():
     after = float(loss(ids[:64]))
   model.save_pretrained(folder, safe_serialization=True)
-  return before, after
+  return before, after, sum(p.numel() for p in model.parameters())
 
 
 def forward_rates(folder: str, repeats: int) -> tuple[float, float, float]:
@@ -207,14 +201,11 @@ def main(argv):
   windows = bigram_windows()
   with tempfile.TemporaryDirectory() as tmp:
     folder = os.path.join(tmp, "pythia-14m-random")
-    before, after = build_checkpoint(folder, windows, FLAGS.pretrain_steps)
+    before, after, n_params = build_checkpoint(folder, windows, FLAGS.pretrain_steps)
     np.save(os.path.join(folder, "windows.npy"), windows)
     ours_rate, theirs_rate, logit_diff = forward_rates(folder, FLAGS.forward_repeats)
     if not logit_diff <= 1e-3:
       raise AssertionError(f"mechjax's and transformers' logits differ by {logit_diff:.2e}")
-    n_params = sum(
-      p.numel() for p in transformers.GPTNeoXForCausalLM.from_pretrained(folder).parameters()
-    )
     tools = ["devinterp", "mechjax"]
     best = {}
     for r in range(FLAGS.repeats):

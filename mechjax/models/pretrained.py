@@ -691,12 +691,18 @@ def load(directory: str | os.PathLike, *, dtype=jnp.float32) -> tuple[DecoderLM,
 def _load_saved(arch: Arch, tensors: dict, dtype) -> tuple[DecoderLM, dict]:
   """A checkpoint written by :func:`save`: one tensor per param, named by its path."""
   model = DecoderLM(arch, dtype)
-  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
   store = _Weights(tensors, ("",), np.dtype(dtype))
   params = jax.tree_util.tree_map_with_path(
-    lambda k, s: jnp.asarray(store(_param_name(k), s.shape), dtype), shapes["params"]
+    lambda k, s: jnp.asarray(store(_param_name(k), s.shape), dtype), _param_shapes(model)
   )
   return model, params
+
+
+def _param_shapes(model: DecoderLM) -> dict:
+  """The model's params as shapes and dtypes (nothing is computed)."""
+  return jax.eval_shape(
+    lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+  )
 
 
 def _param_name(path) -> str:
@@ -824,9 +830,7 @@ def fold_norms(model: DecoderLM, params: dict) -> tuple[DecoderLM, dict]:
 
 def _as_params(model: DecoderLM, p: dict) -> dict:
   """``p`` in the model's dtype, with zeros for any bias the model has and ``p`` lacks."""
-  shapes = jax.eval_shape(
-    lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
-  )
+  shapes = _param_shapes(model)
   flat = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(p)}
   return jax.tree_util.tree_map_with_path(
     lambda k, s: jnp.asarray(flat.get(jax.tree_util.keystr(k), np.zeros(s.shape)), model.dtype),

@@ -91,25 +91,25 @@ def residual_sites(arch_a: pretrained.Arch, arch_b: pretrained.Arch) -> list[str
   ]
 
 
-def _site_fn(model, sites):
-  @jax.jit
-  def run(params, tokens):
-    _, acts = model.apply({"params": params}, tokens, return_sites=True)
-    return {s: acts[s].astype(jnp.float32) for s in sites}
+def site_activations(model, sites):
+  """``f(params, windows, batch) -> {site: (windows·seq_len, d)}`` in float64, window-major,
+  ``batch`` windows per pass of one compiled forward."""
+  run = jax.jit(
+    lambda p, t: {
+      s: v for s, v in model.apply({"params": p}, t, return_sites=True)[1].items() if s in sites
+    }
+  )
 
-  return run
+  def activations(params, windows, batch) -> dict[str, np.ndarray]:
+    parts = [
+      jax.device_get(run(params, windows[i : i + batch])) for i in range(0, len(windows), batch)
+    ]
+    return {
+      s: np.concatenate([p[s] for p in parts]).reshape(-1, parts[0][s].shape[-1]).astype(np.float64)
+      for s in sites
+    }
 
-
-def activations(model, params, windows, sites, batch) -> dict[str, np.ndarray]:
-  """``{site: (windows·seq_len, d)}`` in float64, window-major, ``batch`` windows per pass."""
-  run = _site_fn(model, sites)
-  parts = [
-    jax.device_get(run(params, windows[i : i + batch])) for i in range(0, len(windows), batch)
-  ]
-  return {
-    s: np.concatenate([p[s] for p in parts]).reshape(-1, parts[0][s].shape[-1]).astype(np.float64)
-    for s in sites
-  }
+  return activations
 
 
 def _steer_effect_fn(model, sites, target_token):
@@ -160,11 +160,11 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   ctx.log(
     f"{len(sites)} residual sites, d = {d}; {fit_w.size} fit and {held_w.size} held-out tokens"
   )
-  acts = {
-    (name, split): activations(model, params, w, sites, cfg.batch_windows)
-    for name, model, params in (("a", model_a, params_a), ("b", model_b, params_b))
-    for split, w in (("fit", fit_w), ("held", held_w))
-  }
+  acts = {}
+  for name, model, params in (("a", model_a, params_a), ("b", model_b, params_b)):
+    activations = site_activations(model, sites)  # one compilation per model
+    for split, w in (("fit", fit_w), ("held", held_w)):
+      acts[name, split] = activations(params, w, cfg.batch_windows)
   # The concept: the fit windows' most frequent next token; its label at every position but the
   # last of each window (which has no next token in the window).
   nxt = fit_w[:, 1:]
