@@ -78,6 +78,12 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Loads the checkpoint and the corpus, samples every component's posterior in one program, and
   writes the summary, the susceptibilities and the figure."""
   model, params = pretrained.load(cfg.model)
+  if cfg.seq_len > model.arch.max_positions:
+    raise config.ConfigError(
+      ["seq_len"],
+      f"must be at most {model.arch.max_positions}, the model's position limit "
+      "(max_position_embeddings)",
+    )
   ids = tokens_lib.read_tokens(cfg.corpus)
   windows = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_windows, cfg.seed, "sgld-windows")
   probes = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_probes, cfg.seed, "probe-windows")

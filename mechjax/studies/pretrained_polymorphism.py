@@ -145,6 +145,11 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         f"must have the same {what}; got {getattr(a, what)} and {getattr(b, what)}",
       )
   d = a.d_model
+  limit = min(a.max_positions, b.max_positions)
+  if cfg.seq_len > limit:
+    raise config.ConfigError(
+      ["seq_len"], f"must be at most {limit}, the models' position limit (max_position_embeddings)"
+    )
   if cfg.fit_windows * cfg.seq_len < d:
     raise config.ConfigError(
       ["fit_windows", "seq_len"],

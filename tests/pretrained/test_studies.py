@@ -84,7 +84,7 @@ def test_pretrained_polymorphism_recovers_a_planted_rotation_end_to_end(tmp_path
   assert len(lines) == 1 + len(sites) and "EV " in lines[1] and "→ 1.000" in lines[1]
 
 
-def test_pretrained_polymorphism_refuses_models_of_different_widths(tmp_path):
+def test_the_studies_refuse_different_widths_long_windows_and_too_few_fit_tokens(tmp_path):
   import dataclasses
 
   model, _ = pretrained.load(os.path.join(HERE, "llama_gqa"))
@@ -101,6 +101,12 @@ def test_pretrained_polymorphism_refuses_models_of_different_widths(tmp_path):
     ValueError, match="model_a, model_b: must have the same d_model; got 32 and 16"
   ):
     pretrained_polymorphism.run(cfg, tmp_path / "run", progress=False)
+  with pytest.raises(ValueError, match="seq_len: must be at most 24, the models' position limit"):
+    pretrained_polymorphism.run(cfg.replace(model_b=cfg.model_a), tmp_path / "run1")
+  with pytest.raises(ValueError, match="seq_len: must be at most 24, the model's position limit"):
+    pretrained_llc.run(
+      pretrained_llc.Config().replace(model=cfg.model_a, corpus=cfg.corpus), tmp_path / "run3"
+    )
   cfg = cfg.replace(model_b=cfg.model_a, seq_len=8, fit_windows=3)
   with pytest.raises(
     ValueError, match="fit_windows × seq_len = 24 tokens must be at least d_model"
