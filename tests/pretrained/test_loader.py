@@ -79,6 +79,51 @@ def test_logits_sites_and_loss_gradients_match_transformers(name):
   assert checked >= len(hf)
 
 
+def program_shapes(jaxpr):
+  """The shape of every value a jaxpr computes, inside its loops and custom rules too."""
+  jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+  for eqn in jaxpr.eqns:
+    yield from (tuple(v.aval.shape) for v in eqn.outvars)
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else [param]:
+        if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
+          yield from program_shapes(sub)
+
+
+def test_the_chunked_head_is_logsumexp_and_its_gradient_without_the_logits(monkeypatch):
+  # 7 chunks of 16 columns for a vocabulary of 100: the last chunk is padded.
+  monkeypatch.setattr(pretrained, "VOCAB_CHUNK", 16)
+  rng = np.random.default_rng(0)
+  n, d, v = 12, 8, 100
+  x = jnp.asarray(rng.normal(size=(n, d)), jnp.float32)
+  kernel = jnp.asarray(rng.normal(size=(d, v)), jnp.float32)
+  bias = jnp.asarray(rng.normal(size=(v,)), jnp.float32)
+  weights = jnp.asarray(rng.normal(size=(n,)), jnp.float32)  # a non-uniform cotangent
+
+  def chunked(x, kernel, bias):
+    return jnp.sum(weights * pretrained.logsumexp_head(x, kernel, bias))
+
+  def direct(x, kernel, bias):
+    return jnp.sum(weights * jax.nn.logsumexp(x @ kernel + bias[None], axis=-1))
+
+  got, want = (jax.value_and_grad(f, (0, 1, 2))(x, kernel, bias) for f in (chunked, direct))
+  assert abs(float(got[0]) - float(want[0])) <= 1e-5 * abs(float(want[0]))
+  for g, w in zip(got[1], want[1]):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+  # Without a bias, and vmapped over windows (as the per-sample losses at w* are computed).
+  lse = jax.vmap(lambda xs: pretrained.logsumexp_head(xs, kernel))(x.reshape(3, 4, d))
+  np.testing.assert_allclose(lse.reshape(n), jax.nn.logsumexp(x @ kernel, axis=-1), rtol=1e-6)
+  # No array of the gradient's program holds a row of the vocabulary for every token.
+  shapes = set(program_shapes(jax.make_jaxpr(jax.grad(chunked, (0, 1, 2)))(x, kernel, bias)))
+  assert (n, 16) in shapes and not {(n, v), (n, 112), (v, n)} & shapes, sorted(shapes)
+  assert (n, v) in set(program_shapes(jax.make_jaxpr(jax.grad(direct))(x, kernel, bias)))
+  # bf16 params: float32 output, bf16 gradients, close to the float32 values.
+  b16 = lambda a: a.astype(jnp.bfloat16)  # noqa: E731
+  lse16, grads16 = jax.value_and_grad(chunked, (1, 2))(b16(x), b16(kernel), b16(bias))
+  assert lse16.dtype == jnp.float32 and {g.dtype for g in grads16} == {jnp.dtype(jnp.bfloat16)}
+  assert abs(float(lse16) - float(want[0])) <= 0.05 * abs(float(want[0]))
+
+
 def test_both_config_styles_read_the_same_rotary():
   hub = json.load(open(os.path.join(HERE, "gpt_neox_sequential", "config.json")))
   assert "rotary_pct" in hub and "rope_parameters" not in hub
