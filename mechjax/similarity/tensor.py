@@ -171,10 +171,19 @@ def tensor_inner(
   raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
 
 
+QUADRATIC_MAX_ENTRIES = 2**26  # entries of one network's quadratic forms, at most
+
+
 def fold_single_bilinear(layers) -> bl.Layer:
   """A network with exactly one bilinear layer as that one layer, the linear layers folded into
   it. Nothing of size ``in × in`` is formed: a linear prefix is multiplied into ``L`` and ``R``
   from the right, one layer at a time, and a bilinear first layer is returned as it is."""
+  layers = _single_bilinear_layers(layers)
+  core = _prepared(_depth_one(layers), keep_prefix=False)
+  return {k: core[k] for k in bl.BILINEAR_KEYS}
+
+
+def _single_bilinear_layers(layers) -> bl.Network:
   layers = bl.validate(layers)
   kinds = [bl.layer_kind(x) for x in layers]
   if kinds.count("bilinear") != 1:
@@ -183,96 +192,203 @@ def fold_single_bilinear(layers) -> bl.Layer:
       f"are folded in); got layer kinds {kinds}. At depth >= 2 use measure='frobenius' (the "
       "independent-copies expectation) or monte_carlo_inner"
     )
-  i = kinds.index("bilinear")
-  lay = layers[i]
-  left, right, out = (jnp.asarray(lay[k]) for k in bl.BILINEAR_KEYS)
-  for x in reversed(layers[:i]):  # (L W_i ⋯ W_1): the prefix applied to x, innermost last
-    w = jnp.asarray(x["weight"])
-    left, right = left @ w, right @ w
+  return layers
+
+
+# ----------------------------------------------------------------------------------------------
+# Depth one: one bilinear layer, with linear layers before it (the prefix, e.g. an embedding) and
+# after it (the suffix, e.g. a head).
+#
+# With the prefix P (m × in, the product of the linear layers before the bilinear one) and the
+# suffix folded into D, the network is f(x) = D[(L P x) ⊙ (R P x)]. Every inner product below is
+# contracted one of four ways, whichever costs the fewest multiply-adds for the whole call
+# (:func:`_depth_one_plan`):
+#
+# * "hidden": through the hidden units, P folded into L and R (``L P`` is h × in), as the Gram
+#   recursion does: Σ_hg (D_aᵀD_b)_hg [(L_a L_bᵀ) ⊙ (R_a R_bᵀ)]_hg, four h × in × h products;
+# * "hidden_gram": the same with P kept apart: L_a P_a P_bᵀ L_bᵀ through G = P_a P_bᵀ (m × m), so
+#   the products are h × m × h: the cheaper one when the input is wider than the embedding;
+# * "forms": through each network's quadratic forms Q_k = ½ Σ_h D_kh (l_h r_hᵀ + r_h l_hᵀ),
+#   (o, in, in), once per network, then ⟨Q_a, Q_b⟩ per pair: when the input is narrow;
+# * "forms_gram": the forms in the embedding's space, (o, m, m), and ⟨Q_a, Q_b⟩ =
+#   Σ_k tr(Q'_akᵀ G Q'_bk Gᵀ) per pair.
+
+DEPTH_ONE_PATHS = ("hidden", "hidden_gram", "forms", "forms_gram")
+
+
+def _depth_one(layers) -> dict:
+  """``{"left", "right", "out"}`` of a network with one bilinear layer, the suffix multiplied into
+  ``out``, and ``"prefix"`` (``m × in``) when linear layers come before the bilinear one."""
+  i = [bl.layer_kind(x) for x in layers].index("bilinear")
+  left, right, out = (jnp.asarray(layers[i][k]) for k in bl.BILINEAR_KEYS)
   for x in layers[i + 1 :]:
     out = jnp.asarray(x["weight"]) @ out
-  return {"left": left, "right": right, "out": out}
+  core = {"left": left, "right": right, "out": out}
+  prefix = None
+  for x in layers[:i]:
+    w = jnp.asarray(x["weight"])
+    prefix = w if prefix is None else w @ prefix
+  if prefix is not None:
+    core["prefix"] = prefix
+  return core
 
 
-def _sym_frobenius_single(la, ra, da, lb, rb, db):
-  """``⟨B_a^s, B_b^s⟩`` of two single bilinear layers: ``Σ_hg (DᵀD)_hg · ½[(L_a L_bᵀ)⊙(R_a R_bᵀ)
-  + (L_a R_bᵀ)⊙(R_a L_bᵀ)]_hg``, four ``h_a × in × h_b`` products and one ``h_a × o × h_b``."""
-  core = 0.5 * ((la @ lb.T) * (ra @ rb.T) + (la @ rb.T) * (ra @ lb.T))
-  return jnp.sum(core * (da.T @ db))
+def _depth_one_plan(
+  a: bl.Network, b: bl.Network, pairs: int, networks: int, symmetrize: bool
+) -> tuple[bool, bool]:
+  """``(forms, keep_prefix)``: the contraction of :data:`DEPTH_ONE_PATHS` with the fewest
+  multiply-adds for ``pairs`` inner products among ``networks`` networks shaped like ``a`` and
+  ``b``. The forms are used only when ``(o, width, width)`` fits in ``QUADRATIC_MAX_ENTRIES``; the
+  prefix is kept apart only when both networks have one."""
+  costs = _depth_one_costs(a, b, pairs, networks, symmetrize)
+  return min(costs, key=costs.get)
 
 
-def _gaussian_parts(f: bl.Layer, constant: bool):
-  """Per-network terms of :func:`gaussian_inner`, computed once per network: the Gaussian
-  coordinates' ``L`` and ``R``, ``D``, and the constant, linear and trace terms of each output."""
-  left, right, d = f["left"], f["right"], f["out"]
+def _depth_one_costs(a, b, pairs, networks, symmetrize) -> dict:
+  shapes = [_depth_one_shapes(n) for n in (a, b)]
+  d = shapes[0][0]
+  m, h, o = (max(s[i] for s in shapes) for i in (1, 2, 3))
+  prefixed = all(s[4] for s in shapes)
+  products = 4 if symmetrize else 2  # h × width × h products per pair on the hidden path
+  fold = 2 * h * m * d if any(s[4] for s in shapes) else 0  # L P and R P, per network
+  costs = {(False, False): networks * fold + pairs * (products * h * h * d + h * h * o)}
+  if o * d * d <= QUADRATIC_MAX_ENTRIES:
+    costs[(True, False)] = networks * (fold + o * h * d * d) + pairs * o * d * d
+  if prefixed:
+    costs[(False, True)] = pairs * (m * m * d + 2 * h * m * m + products * h * h * m + h * h * o)
+    if o * m * m <= QUADRATIC_MAX_ENTRIES:
+      costs[(True, True)] = networks * o * h * m * m + pairs * (m * m * d + 2 * o * m**3)
+  return costs
+
+
+def _depth_one_shapes(layers) -> tuple[int, int, int, int, bool]:
+  """``(in, m, h, o, prefixed)`` of a network with one bilinear layer, from its shapes alone."""
+  i = [bl.layer_kind(x) for x in layers].index("bilinear")
+  h, m = np.shape(layers[i]["left"])
+  return bl.input_dim(layers), m, h, bl.output_dim(layers), i > 0
+
+
+def _prepared(core: dict, keep_prefix: bool, slice_index: int | None = None) -> dict:
+  """``core`` with the prefix folded into ``L`` and ``R`` unless ``keep_prefix``, and ``out``
+  restricted to output ``slice_index`` when given."""
+  core = dict(core)
+  if "prefix" in core and not keep_prefix:
+    p = core.pop("prefix")
+    core["left"], core["right"] = core["left"] @ p, core["right"] @ p
+  if slice_index is not None:
+    core["out"] = core["out"][slice_index : slice_index + 1]
+  return core
+
+
+def _cross(za, zb):
+  """``G = Z_a Z_bᵀ`` between two input maps, or None (the identity) when neither has one."""
+  return None if za is None else za @ zb.T
+
+
+def _forms_of(core: dict, symmetrize: bool) -> jax.Array:
+  """``Q_k = Σ_h D_kh l_h r_hᵀ`` (symmetrised: ``½(Q_k + Q_kᵀ)``), ``(o, width, width)``."""
+  q = jnp.einsum("kh,hi,hj->kij", core["out"], core["left"], core["right"])
+  return 0.5 * (q + jnp.swapaxes(q, 1, 2)) if symmetrize else q
+
+
+def _forms_inner(qa, qb, g) -> jax.Array:
+  """``Σ_k ⟨P_aᵀ Q_ak P_a, P_bᵀ Q_bk P_b⟩ = Σ_k tr(Q_akᵀ G Q_bk Gᵀ)``, ``G = P_a P_bᵀ`` (without
+  ``G``: ``Σ_k ⟨Q_ak, Q_bk⟩``)."""
+  if g is None:
+    return jnp.sum(qa * qb)
+  x = jnp.einsum("kij,il->kjl", qa, g)  # Q_akᵀ G
+  y = jnp.einsum("jm,klm->kjl", g, qb)  # G Q_bkᵀ
+  return jnp.sum(x * y)
+
+
+def _hidden_inner(ca: dict, cb: dict, g, symmetrize: bool) -> jax.Array:
+  """``Σ_hg (D_aᵀD_b)_hg core_hg``, the core of :func:`_bilinear_core` taken through ``G``."""
+  core = _bilinear_core(ca["left"], ca["right"], cb["left"], cb["right"], g, symmetrize)
+  return jnp.sum(core * (ca["out"].T @ cb["out"]))
+
+
+def _frobenius_parts(core: dict, forms: bool, symmetrize: bool) -> dict:
+  """What a network contributes to every Frobenius inner product it enters, computed once."""
+  parts = {"z": core.get("prefix")}
+  if forms:
+    parts["q"] = _forms_of(core, symmetrize)
+  else:
+    parts.update(left=core["left"], right=core["right"], out=core["out"])
+  return parts
+
+
+def _frobenius_pair(pa: dict, pb: dict, symmetrize: bool) -> jax.Array:
+  """``⟨T_a, T_b⟩`` of two depth-one networks from their :func:`_frobenius_parts`."""
+  g = _cross(pa["z"], pb["z"])
+  if "q" in pa:
+    return _forms_inner(pa["q"], pb["q"], g)
+  return _hidden_inner(pa, pb, g, symmetrize)
+
+
+def _gaussian_parts(core: dict, forms: bool, constant: bool) -> dict:
+  """What a network contributes to every Gaussian inner product it enters (module doc), computed
+  once: on the Gaussian coordinates ``x`` (the input without its constant, with ``constant``),
+  the bilinear layer reads ``L Z x`` and ``R Z x`` (``Z`` the prefix, or none); each output is
+  ``f_k = c_k + b_k·(Z x) + xᵀ Zᵀ Q_k Z x`` with trace ``t_k = tr(Zᵀ Q_k Z)``."""
+  left, right, out, z = core["left"], core["right"], core["out"], core.get("prefix")
+  o = out.shape[0]
   if constant:
-    l0, r0, lx, rx = left[:, 0], right[:, 0], left[:, 1:], right[:, 1:]
-    const = d @ (l0 * r0)
-    lin = d @ (l0[:, None] * rx + r0[:, None] * lx)
+    if z is None:
+      l0, r0, left, right = left[:, 0], right[:, 0], left[:, 1:], right[:, 1:]
+    else:
+      l0, r0, z = left @ z[:, 0], right @ z[:, 0], z[:, 1:]
+    parts = {
+      "c": out @ (l0 * r0),
+      "b": out @ (l0[:, None] * right + r0[:, None] * left),  # (o, width)
+    }
   else:
-    lx, rx = left, right
-    const = jnp.zeros(d.shape[0], left.dtype)
-    lin = jnp.zeros((d.shape[0], 1), left.dtype)
-  trace = d @ jnp.sum(lx * rx, axis=1)
-  return lx, rx, d, const, lin, trace
+    parts = {"c": jnp.zeros(o, left.dtype), "b": None}
+  seen = left if z is None else left @ (z @ z.T)  # L Z Zᵀ: E[(Lz x)(Rz x)ᵀ] = L Z Zᵀ Rᵀ
+  parts["t"] = out @ jnp.sum(seen * right, axis=1)
+  parts.update(_frobenius_parts({"left": left, "right": right, "out": out}, forms, True))
+  parts["z"] = z
+  return parts
 
 
-QUADRATIC_MAX_ENTRIES = 2**26  # the (o, in, in) quadratic forms of the per-network path, at most
+def _gaussian_pair(pa: dict, pb: dict) -> jax.Array:
+  """``E⟨f_a, f_b⟩`` from two networks' :func:`_gaussian_parts` (Isserlis; module doc)."""
+  g = _cross(pa["z"], pb["z"])
+  quad = 2.0 * _frobenius_pair(pa, pb, True)
+  out = quad + pa["t"] @ pb["t"] + pa["c"] @ pb["c"] + pa["c"] @ pb["t"] + pb["c"] @ pa["t"]
+  if pa["b"] is not None:
+    out = out + jnp.sum((pa["b"] if g is None else pa["b"] @ g) * pb["b"])
+  return out
 
 
-def _use_quadratic_forms(h: int, d: int, o: int, pairs: int, networks: int) -> bool:
-  """Whether to contract through each network's quadratic forms ``Q_k^s`` (``o·h·d²`` per network,
-  then ``o·d²`` per pair) instead of the hidden-unit Grams (``4h²d + h²o`` per pair): the first
-  wins when the input is narrow against the hidden layer, and is used only when the ``(o, d, d)``
-  forms fit in ``QUADRATIC_MAX_ENTRIES``."""
-  per_network = networks * o * h * d * d + pairs * o * d * d
-  per_pair = pairs * (4 * h * h * d + h * h * o)
-  return o * d * d <= QUADRATIC_MAX_ENTRIES and per_network < per_pair
+def _depth_one_pair_parts(a, b, measure, symmetrize, constant, pairs):
+  """Both networks' parts for ``pairs`` inner products (of :func:`_depth_one_plan`'s path)."""
+  forms, keep = _depth_one_plan(a, b, pairs, 2, symmetrize or measure == "gaussian")
+  cores = [_prepared(_depth_one(n), keep) for n in (a, b)]
+  if measure == "gaussian":
+    return [_gaussian_parts(c, forms, constant) for c in cores]
+  return [_frobenius_parts(c, forms, symmetrize) for c in cores]
 
 
-def _quadratic_forms(lx, rx, d):
-  """``Q_k^s = ½ Σ_h D_kh (l_h r_hᵀ + r_h l_hᵀ)``, ``(o, in, in)``."""
-  q = jnp.einsum("kh,hi,hj->kij", d, lx, rx)
-  return 0.5 * (q + jnp.swapaxes(q, 1, 2))
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _depth_one_similarity(a, b, measure, symmetrize, constant):
+  pa, pb = _depth_one_pair_parts(a, b, measure, symmetrize, constant, pairs=3)
+  pair = _gaussian_pair if measure == "gaussian" else lambda x, y: _frobenius_pair(x, y, symmetrize)
+  ab, aa, bb = pair(pa, pb), pair(pa, pa), pair(pb, pb)
+  return ab / jnp.sqrt(jnp.abs(aa * bb))
 
 
-def _gaussian_from_parts(pa, pb, qa=None, qb=None):
-  (lxa, rxa, da, ca, ba, ta), (lxb, rxb, db, cb, bb, tb) = pa, pb
-  if qa is None:
-    quad = 2.0 * _sym_frobenius_single(lxa, rxa, da, lxb, rxb, db)
-  else:
-    quad = 2.0 * jnp.sum(qa * qb)
-  return quad + ta @ tb + jnp.sum(ba * bb) + ca @ cb + ca @ tb + cb @ ta
+@functools.partial(jax.jit, static_argnums=(2,))
+def _gaussian_inner(a, b, constant):
+  pa, pb = _depth_one_pair_parts(a, b, "gaussian", True, constant, pairs=1)
+  return _gaussian_pair(pa, pb)
 
 
-def _forms(parts, use: bool):
-  return _quadratic_forms(*parts[:3]) if use else None
-
-
-@functools.partial(jax.jit, static_argnums=2)
-def _gaussian_inner(fa, fb, constant):
-  pa, pb = _gaussian_parts(fa, constant), _gaussian_parts(fb, constant)
-  (h, d), o = pa[0].shape, pa[2].shape[0]
-  use = _use_quadratic_forms(max(h, pb[0].shape[0]), d, o, pairs=1, networks=2)
-  return _gaussian_from_parts(pa, pb, _forms(pa, use), _forms(pb, use))
-
-
-@functools.partial(jax.jit, static_argnums=2)
-def _gaussian_similarity(fa, fb, constant):
-  pa, pb = _gaussian_parts(fa, constant), _gaussian_parts(fb, constant)
-  (h, d), o = pa[0].shape, pa[2].shape[0]
-  use = _use_quadratic_forms(max(h, pb[0].shape[0]), d, o, pairs=3, networks=2)
-  qa, qb = _forms(pa, use), _forms(pb, use)
-  ab = _gaussian_from_parts(pa, pb, qa, qb)
-  return ab / jnp.sqrt(_gaussian_from_parts(pa, pa, qa, qa) * _gaussian_from_parts(pb, pb, qb, qb))
-
-
-def _folded_pair(a, b):
-  a, b = _networks(a, b)
-  fa, fb = fold_single_bilinear(a), fold_single_bilinear(b)
-  dt = jnp.result_type(*[v.dtype for v in (*fa.values(), *fb.values())], jnp.float32)
-  cast = lambda f: {k: v.astype(dt) for k, v in f.items()}  # noqa: E731
-  return cast(fa), cast(fb)
+def _cast_pair(a, b) -> tuple[bl.Network, bl.Network]:
+  """Both networks' arrays in one floating dtype (at least float32)."""
+  dt = jnp.result_type(*[jnp.asarray(v).dtype for layer in a + b for v in layer.values()])
+  dt = jnp.result_type(dt, jnp.float32)
+  cast = lambda net: [{k: jnp.asarray(v, dt) for k, v in layer.items()} for layer in net]  # noqa: E731
+  return cast(a), cast(b)
 
 
 def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
@@ -281,10 +397,10 @@ def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
   Writing each output as ``f_k = c_k + b_k·x + xᵀQ_k x`` (``c = b = 0`` unless ``constant``, when
   the network reads ``[1; x]``): ``E f_a f_b = Σ_k [2 tr(Q_ak^s Q_bk^s) + tr Q_ak tr Q_bk +
   b_ak·b_bk + c_ak c_bk + c_ak tr Q_bk + c_bk tr Q_ak]``, in one compiled program per shape.
-  ``tr(Q_ak^s Q_bk^s)`` is contracted through the hidden units (four ``h_a × in × h_b`` matrix
-  products and one ``h_a × o × h_b``, nothing of size ``in²`` formed) or, when the input is narrow
-  against the hidden layer and the forms fit, through the ``(o, in, in)`` forms themselves,
-  whichever costs fewer operations (:func:`_use_quadratic_forms`).
+  ``tr(Q_ak^s Q_bk^s)`` is contracted through the hidden units or through the quadratic forms,
+  with linear layers before the bilinear one folded in or kept apart as a Gram matrix, whichever
+  costs the fewest operations (:data:`DEPTH_ONE_PATHS`); nothing of size ``in × in`` is formed
+  unless the forms are the cheapest path.
 
   Args:
     a: the first network in the weight format of :mod:`mechjax.models.bilinear`, with exactly one
@@ -296,8 +412,9 @@ def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
   Returns:
     The scalar expectation.
   """
-  fa, fb = _folded_pair(a, b)
-  return _gaussian_inner(fa, fb, bool(constant))
+  a, b = _networks(a, b)
+  a, b = _cast_pair(_single_bilinear_layers(a), _single_bilinear_layers(b))
+  return _gaussian_inner(a, b, bool(constant))
 
 
 def _cosine_from_logs(cab, gab, caa, gaa, cbb, gbb):
@@ -325,15 +442,14 @@ def tensor_similarity(
   Returns:
     The scalar cosine similarity.
   """
-  if measure == "gaussian":
-    fa, fb = _folded_pair(a, b)
-    return _gaussian_similarity(fa, fb, bool(constant))  # each network's own terms once
-  if measure != "frobenius":
+  if measure not in MEASURES:
     raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
   a, b = _networks(a, b)
-  if _single_bilinear(a) and _single_bilinear(b):
-    fa, fb = _folded_pair(a, b)
-    return _frobenius_single_similarity(fa, fb, bool(symmetrize))
+  if measure == "gaussian" or (_single_bilinear(a) and _single_bilinear(b)):
+    a, b = _cast_pair(_single_bilinear_layers(a), _single_bilinear_layers(b))
+    # Each network's own terms once, the contraction chosen by cost (DEPTH_ONE_PATHS); no log
+    # scale is needed at depth one.
+    return _depth_one_similarity(a, b, measure, bool(symmetrize), bool(constant))
   (cab, gab), (caa, gaa), (cbb, gbb) = (
     log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b))
   )
@@ -342,37 +458,6 @@ def tensor_similarity(
 
 def _single_bilinear(net) -> bool:
   return [bl.layer_kind(x) for x in net].count("bilinear") == 1
-
-
-def _frobenius_single(la, ra, da, lb, rb, db):
-  """``⟨B_a, B_b⟩`` of two unsymmetrised single bilinear layers: ``Σ_hg (DᵀD)_hg (L_a L_bᵀ)_hg
-  (R_a R_bᵀ)_hg``."""
-  return jnp.sum((la @ lb.T) * (ra @ rb.T) * (da.T @ db))
-
-
-@functools.partial(jax.jit, static_argnums=2)
-def _frobenius_single_similarity(fa, fb, symmetrize):
-  """The Frobenius similarity of two networks with one bilinear layer each (linear layers folded
-  in): through each network's ``(o, in, in)`` coefficient forms ``Q_k = Σ_h D_kh l_h r_hᵀ``
-  (symmetrised or not; ``⟨T_a, T_b⟩ = Σ_k ⟨Q_ak, Q_bk⟩``) when that costs fewer operations than the
-  hidden-unit contraction (:func:`_use_quadratic_forms`), else through the hidden units. Nothing of
-  size ``in × in`` is multiplied as an identity, and no log scale is needed at depth 1."""
-  (h, d), o = fa["left"].shape, fa["out"].shape[0]
-  h = max(h, fb["left"].shape[0])
-  if _use_quadratic_forms(h, d, o, pairs=3, networks=2):
-
-    def forms(f):
-      q = jnp.einsum("kh,hi,hj->kij", f["out"], f["left"], f["right"])
-      return 0.5 * (q + jnp.swapaxes(q, 1, 2)) if symmetrize else q
-
-    qa, qb = forms(fa), forms(fb)
-    inner = lambda x, y: jnp.sum(x * y)  # noqa: E731
-  else:
-    qa = (fa["left"], fa["right"], fa["out"])
-    qb = (fb["left"], fb["right"], fb["out"])
-    pair = _sym_frobenius_single if symmetrize else _frobenius_single
-    inner = lambda x, y: pair(*x, *y)  # noqa: E731
-  return inner(qa, qb) / jnp.sqrt(jnp.abs(inner(qa, qa) * inner(qb, qb)))
 
 
 def slice_similarity(a, b, *, symmetrize: bool = True) -> jax.Array:
@@ -444,10 +529,15 @@ def similarity_matrix(
       f"layers {shapes[odd]}, network 0 has {shapes[0]}. Compare differing networks pairwise with "
       "tensor_similarity"
     )
-  if measure == "gaussian":
-    folded = [fold_single_bilinear(n) for n in nets]
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *folded)
-    return np.asarray(_gaussian_matrix(stacked, bool(constant)), np.float64)
+  if measure == "gaussian" or _single_bilinear(nets[0]):
+    nets = [_single_bilinear_layers(n) for n in nets]
+    dt = jnp.result_type(*[jnp.asarray(v).dtype for n in nets for x in n for v in x.values()])
+    stacked = jax.tree.map(
+      lambda *xs: jnp.stack([jnp.asarray(x, jnp.result_type(dt, jnp.float32)) for x in xs]), *nets
+    )
+    index = None if slice_index is None else int(slice_index)
+    program = _depth_one_matrix(measure, bool(symmetrize), bool(constant), index)
+    return np.asarray(program(stacked), np.float64)
   stacked = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *nets)
   k = len(nets)
   ii, jj = np.triu_indices(k)
@@ -468,29 +558,45 @@ def similarity_matrix(
     )
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _gaussian_matrix(stacked, constant):
-  """``E⟨f_a, f_b⟩`` normalised, for every pair of the ``K`` folded networks in ``stacked``: each
-  network's parts once, then either the ``K × K`` products of the flattened quadratic forms or the
-  hidden-unit contraction of each of the ``K(K+1)/2`` pairs, whichever costs fewer operations."""
-  parts = jax.vmap(lambda f: _gaussian_parts(f, constant))(stacked)
-  lx, rx, d, c, b, t = parts
-  k, h, n = lx.shape
-  o = d.shape[1]
-  pairs = k * (k + 1) // 2
-  if _use_quadratic_forms(h, n, o, pairs=pairs, networks=k):
-    q = jax.vmap(_quadratic_forms)(lx, rx, d).reshape(k, -1)
-    quad = 2.0 * (q @ q.T)
-  else:
-    ii, jj = np.triu_indices(k)
-    upper = jax.vmap(lambda i, j: _sym_frobenius_single(lx[i], rx[i], d[i], lx[j], rx[j], d[j]))(
-      jnp.asarray(ii), jnp.asarray(jj)
-    )
-    quad = jnp.zeros((k, k), lx.dtype).at[ii, jj].set(2.0 * upper).at[jj, ii].set(2.0 * upper)
-  bf = b.reshape(k, -1)
-  e = quad + t @ t.T + bf @ bf.T + c @ c.T + c @ t.T + t @ c.T
-  diag = jnp.diag(e)
-  return e / jnp.sqrt(jnp.abs(jnp.outer(diag, diag)))
+@functools.lru_cache(maxsize=32)
+def _depth_one_matrix(measure: str, symmetrize: bool, constant: bool, slice_index: int | None):
+  """The normalised ``K × K`` inner products of ``K`` stacked networks with one bilinear layer, as
+  one jitted program (compiled once per shape): each network's parts once, then the pairs through
+  the cheapest of :data:`DEPTH_ONE_PATHS` for ``K(K+1)/2`` pairs. Through quadratic forms without
+  a Gram matrix the pairs are one ``(K, o·in²) × (o·in², K)`` product."""
+  gaussian = measure == "gaussian"
+
+  def run(stacked):
+    one = jax.tree.map(lambda x: x[0], stacked)
+    k = jax.tree.leaves(stacked)[0].shape[0]
+    forms, keep = _depth_one_plan(one, one, k * (k + 1) // 2, k, symmetrize or gaussian)
+
+    def parts_of(net):
+      core = _prepared(_depth_one(net), keep, slice_index)
+      if gaussian:
+        return _gaussian_parts(core, forms, constant)
+      return _frobenius_parts(core, forms, symmetrize)
+
+    parts = jax.vmap(parts_of)(stacked)
+    if forms and not keep:  # every pair at once
+      q = parts["q"].reshape(k, -1)
+      e = q @ q.T
+      if gaussian:
+        t, c = parts["t"], parts["c"]
+        e = 2.0 * e + t @ t.T + c @ c.T + c @ t.T + t @ c.T
+        if parts["b"] is not None:
+          b = parts["b"].reshape(k, -1)
+          e = e + b @ b.T
+    else:
+      ii, jj = np.triu_indices(k)
+      pick = lambda i: jax.tree.map(lambda x: x[i], parts)  # noqa: E731
+      pair = _gaussian_pair if gaussian else lambda x, y: _frobenius_pair(x, y, symmetrize)
+      upper = jax.vmap(lambda i, j: pair(pick(i), pick(j)))(jnp.asarray(ii), jnp.asarray(jj))
+      e = jnp.zeros((k, k), upper.dtype).at[ii, jj].set(upper).at[jj, ii].set(upper)
+    diag = jnp.diag(e)
+    return e / jnp.sqrt(jnp.abs(jnp.outer(diag, diag)))
+
+  return jax.jit(run)
 
 
 @functools.lru_cache(maxsize=32)

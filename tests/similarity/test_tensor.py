@@ -193,22 +193,92 @@ def _single(rng, d, h, o):
   ]
 
 
-@pytest.mark.parametrize("constant", [False, True])
-def test_gaussian_inner_through_the_quadratic_forms_equals_the_hidden_unit_path(constant):
+PATHS = {"hidden": (False, False), "hidden_gram": (False, True)}
+PATHS |= {"forms": (True, False), "forms_gram": (True, True)}
+
+
+@pytest.fixture
+def force_path(monkeypatch):
+  """Makes every depth-one call take one contraction path (and compile anew for it)."""
+
+  def force(name):
+    monkeypatch.setattr(ts, "_depth_one_plan", lambda *args: PATHS[name])
+    ts._depth_one_similarity.clear_cache()
+    ts._gaussian_inner.clear_cache()
+    ts._depth_one_matrix.cache_clear()
+
+  yield force
+  ts._depth_one_similarity.clear_cache()
+  ts._gaussian_inner.clear_cache()
+  ts._depth_one_matrix.cache_clear()
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_every_depth_one_path_gives_the_same_inner_products(path, force_path):
+  assert set(PATHS) == set(ts.DEPTH_ONE_PATHS)
   rng = np.random.default_rng(3)
-  a, b = _single(rng, 6, 40, 3), _single(rng, 6, 40, 3)
-  assert ts._use_quadratic_forms(40, 6, 3, pairs=1, networks=2)  # a narrow input: the forms
-  assert not ts._use_quadratic_forms(8, 600, 3, pairs=1, networks=2)  # a wide one: the hidden units
-  fa, fb = ts._folded_pair(a, b)
-  pa, pb = ts._gaussian_parts(fa, constant), ts._gaussian_parts(fb, constant)
-  hidden = ts._gaussian_from_parts(pa, pb)
-  forms = ts._gaussian_from_parts(
-    pa, pb, ts._quadratic_forms(*pa[:3]), ts._quadratic_forms(*pb[:3])
-  )
-  np.testing.assert_allclose(float(forms), float(hidden), rtol=1e-6)
-  # And the public call (which takes the forms here) agrees with the Monte-Carlo expectation.
-  mean, se = ts.monte_carlo_inner(a, b, jax.random.key(0), 200_000, constant=constant)
-  assert abs(float(ts.gaussian_inner(a, b, constant=constant)) - mean) < 4 * se
+  # An embedding made of two linear layers (7 → 4 → 5), the bilinear layer, a head (3 → 2).
+  nets = [
+    [
+      th._rand_linear(rng, 4, 7),
+      th._rand_linear(rng, 5, 4),
+      th._rand_bilinear(rng, 6, 5, 3),
+      th._rand_linear(rng, 2, 3),
+    ]
+    for _ in range(3)
+  ]
+  a, b = nets[0], th._correlated(rng, nets[0])
+  with jax.enable_x64(True):
+    # The reference values: the materialised tensors, and the path with everything folded.
+    for sym in (True, False):
+      ta, tb = (np.asarray(ts.materialize(n, symmetrize=sym)) for n in (a, b))
+      want = np.vdot(ta, tb) / np.linalg.norm(ta) / np.linalg.norm(tb)
+      force_path(path)
+      assert float(ts.tensor_similarity(a, b, symmetrize=sym)) == pytest.approx(want, rel=1e-12)
+      t = [np.asarray(ts.materialize(n, symmetrize=sym)) for n in nets]
+      cos = lambda u, v: np.vdot(u, v) / np.linalg.norm(u) / np.linalg.norm(v)  # noqa: E731
+      np.testing.assert_allclose(
+        ts.similarity_matrix(nets, symmetrize=sym), [[cos(u, v) for v in t] for u in t], rtol=1e-12
+      )
+      np.testing.assert_allclose(
+        ts.similarity_matrix(nets, symmetrize=sym, slice_index=1),
+        [[cos(u[1], v[1]) for v in t] for u in t],
+        rtol=1e-12,
+      )
+    for constant in (False, True):
+      force_path("hidden")
+      want = float(ts.gaussian_inner(a, b, constant=constant))
+      want_sim = float(ts.tensor_similarity(a, b, measure="gaussian", constant=constant))
+      force_path(path)
+      assert float(ts.gaussian_inner(a, b, constant=constant)) == pytest.approx(want, rel=1e-12)
+      got = ts.similarity_matrix(nets[:1] + [b], measure="gaussian", constant=constant)
+      assert got[0, 1] == pytest.approx(want_sim, rel=1e-12)
+      assert got[0, 1] < 0.999  # the two networks differ
+      # And the expectation itself, against Monte Carlo, once per path.
+      if constant:
+        mean, se = ts.monte_carlo_inner(a, b, jax.random.key(0), 100_000, constant=True)
+        assert abs(float(ts.gaussian_inner(a, b, constant=True)) - mean) < 4 * se
+
+
+def test_the_cheapest_depth_one_path_is_chosen():
+  def net(d, m, h, o=10):
+    prefix = [{"weight": np.zeros((m, d))}] if m else []
+    return [
+      *prefix,
+      {"left": np.zeros((h, m or d)), "right": np.zeros((h, m or d)), "out": np.zeros((o, h))},
+    ]
+
+  plan = lambda n, pairs=3, networks=2: ts._depth_one_plan(n, n, pairs, networks, True)  # noqa: E731
+  # A wide input read through a narrow embedding (DeepMLP(784, 128, 256, 10)): keep the prefix,
+  # through the hidden units; with a wide hidden layer, through the forms in the embedding's space.
+  assert plan(net(784, 128, 256)) == (False, True)
+  assert plan(net(784, 128, 2048)) == (True, True)
+  assert plan(net(784, 128, 2048), pairs=136, networks=16) == (True, True)
+  # A narrow input and a wide hidden layer: the forms, over the input.
+  assert plan(net(64, 128, 2048)) == (True, False)
+  assert plan(net(6, 0, 40)) == (True, False)
+  # A wide input and a narrow hidden layer, no prefix: through the hidden units.
+  assert plan(net(600, 0, 8, 3)) == (False, False)
 
 
 def test_fold_single_bilinear_folds_linear_layers_on_both_sides():
@@ -240,8 +310,8 @@ def test_similarity_matrix_compiles_once_per_architecture():
 def test_gaussian_similarity_matrix_equals_the_pairwise_similarity(hidden, inputs):
   rng = np.random.default_rng(7)
   nets = [[th._rand_bilinear(rng, hidden, inputs, 3), th._rand_linear(rng, 2, 3)] for _ in range(4)]
-  uses_forms = ts._use_quadratic_forms(hidden, inputs, 2, pairs=10, networks=4)
-  assert uses_forms == (hidden > inputs)  # both contraction paths are covered
+  forms, _ = ts._depth_one_plan(nets[0], nets[0], 10, 4, True)
+  assert forms == (hidden > inputs)  # both contraction paths are covered
   with jax.enable_x64(True):
     for constant in (False, True):
       got = ts.similarity_matrix(nets, measure="gaussian", constant=constant)
