@@ -7,9 +7,15 @@ installed: its packaging asks for Python ≥ 3.13, but its modules import on 3.1
 quimb and cotengra (``benchmarks/requirements.txt``). Run from any folder but the checkout: its
 ``.python-version`` makes a pyenv shim pick another interpreter there.
 
-A network ``f(x) = D[(Lx) ⊙ (Rx)]`` becomes the reference's ``DeepMLP`` (embed → bilinear ``MLP``
-→ head, ``bias=False``, ``scale=1``, so no residual) with ``d_model = max(in, out)``: an identity
-embed ``[I; 0]``, ``D`` padded with zero rows, and the head ``[I_out 0]``. That computes exactly
+**The reference's own networks** (:func:`deep_mlp`): ``DeepMLP(in, d_model, hidden, out,
+n_layers)`` with ``bias=False`` and ``scale=1`` (its defaults; no residual), built from the weights
+``{"embed": E, "body": [(L, R, D), …], "head": U}``: ``f(x) = U D₂[(L₂ h) ⊙ (R₂ h)]``,
+``h = D₁[(L₁ E x) ⊙ (R₁ E x)]``, which is mechjax's ``[E, (L₁, R₁, D₁), …, U]`` exactly.
+
+**A bare bilinear layer** ``f(x) = D[(Lx) ⊙ (Rx)]`` becomes the reference's ``DeepMLP`` (embed →
+bilinear ``MLP`` → head, ``bias=False``, ``scale=1``, so no residual) with ``d_model = max(in,
+out)``: an identity embed ``[I; 0]``, ``D`` padded with zero rows, and the head ``[I_out 0]``
+(:func:`model`; the benchmark's second table). That computes exactly
 ``f``; the reference then carries its own layout (the MLP's hidden index also holds the residual
 stream and the constant, ``1 + h + d_model`` rows). A network that is already a ``DeepMLP`` (a
 linear embed, the bilinear layer back to the embed's width, a linear head) is loaded as it is.
@@ -17,10 +23,15 @@ linear embed, the bilinear layer back to the embed's width, a linear head) is lo
 * ``measure="gaussian"``: the reference's own API, ``cosine_from_parts(*similarity_parts(a, b))``
   after its ``precompile(a, b)`` (a cotengra path search, cached on disk under
   ``~/.cache/tensor-mars``). It equals mechjax's ``tensor_similarity(a, b, measure="gaussian")``.
-* ``measure="frobenius"``: the unsymmetrised Gram chain. The reference's model-level function for it
-  was removed from its repository; its primitive ``Component.contract(other, inner=G)`` remains,
-  and :func:`_gram_chain` chains it over the components from ``G = I`` and takes the trace without
-  the constant coordinate. It equals ``tensor_similarity(a, b, symmetrize=False)``.
+* ``measure="frobenius"``: the Gram chain. The reference's model-level function for it was removed
+  from its repository; its primitive ``Component.contract(other, inner=G)`` remains, and
+  :func:`_gram_chain` chains it over the components from ``G = I`` and takes the trace without the
+  constant coordinate. Unsymmetrised it equals ``tensor_similarity(a, b, symmetrize=False)``. The
+  node-wise symmetrised chain averages, at each bilinear layer, the contraction with ``b`` and with
+  ``b``'s layer with ``L`` and ``R`` exchanged (:func:`swapped`, built once per network outside any
+  timing): ``D_a[½((L_a G L_bᵀ) ⊙ (R_a G R_bᵀ) + (L_a G R_bᵀ) ⊙ (R_a G L_bᵀ))]D_bᵀ``, which equals
+  ``tensor_similarity(a, b)``. The residual and constant rows of the reference's hidden index have
+  zero output weights at ``scale=1``, so the exchange leaves them out of the result.
 """
 
 from __future__ import annotations
@@ -101,6 +112,41 @@ def model(layers, dtype: str):
   return net
 
 
+def deep_mlp(weights: dict, dtype: str):
+  """The reference's ``DeepMLP`` (``bias=False``, ``scale=1``) with the weights ``{"embed": E,
+  "body": [(L, R, D), …], "head": U}`` (NumPy, ``(out, in)`` like torch's ``Linear``)."""
+  import torch
+
+  e, body, u = weights["embed"], weights["body"], weights["head"]
+  h = body[0][0].shape[0]
+  tdt = getattr(torch, dtype)
+  net = _REF.DeepMLP(e.shape[1], e.shape[0], h, u.shape[0], n_layers=len(body), bias=False, scale=1)
+  net = net.to(tdt).eval()
+  pairs = [(net.embed.weight, e), (net.head.weight, u)]
+  for mlp, (l, r, d) in zip(net.body, body):
+    pairs += [(mlp.l.weight, l), (mlp.r.weight, r), (mlp.d.weight, d)]
+  with torch.no_grad():
+    for p, v in pairs:
+      p.copy_(torch.as_tensor(np.asarray(v), dtype=tdt))
+  return net
+
+
+def swapped(net):
+  """A copy of a reference ``DeepMLP`` with ``L`` and ``R`` exchanged in every bilinear layer (the
+  same function; the other term of the node-wise symmetrisation)."""
+  import copy
+
+  import torch
+
+  out = copy.deepcopy(net)
+  with torch.no_grad():
+    for mlp in out.body:
+      left = mlp.l.weight.clone()
+      mlp.l.weight.copy_(mlp.r.weight)
+      mlp.r.weight.copy_(left)
+  return out
+
+
 class _AsComponent:
   """The reference's ``Linear`` has ``network()`` but not the ``Component`` methods: this lends it
   ``Component.input_inds`` and ``Component.contract`` (and wraps the MLP too, so every step runs the
@@ -119,18 +165,26 @@ class _AsComponent:
     return _REF.Component.contract(self, other, inner, out)
 
 
-def _gram_chain(a, b):
-  """``(c, g)``: the padded output Gram matrix of the unsymmetrised tensors is ``10**c · g``."""
+def _gram_chain(a, b, b_swapped=None):
+  """``(c, g)``: the padded output Gram matrix of the two tensors is ``10**c · g``; node-wise
+  symmetrised when ``b_swapped`` (:func:`swapped` of ``b``) is given."""
   import torch
 
   with torch.no_grad():
     g = torch.eye(a.components()[0].network().ind_size("in:d0"), dtype=next(a.parameters()).dtype)
     c = 0.0
-    for ca, cb in zip(a.components(), b.components()):
-      ca, cb = _AsComponent(ca), _AsComponent(cb)
+    others = b.components() if b_swapped is None else zip(b.components(), b_swapped.components())
+    for ca, cb in zip(a.components(), others):
+      ca = _AsComponent(ca)
+      cb, cs = (cb, None) if b_swapped is None else cb
       legs = len(ca.input_inds())  # the inner Gram enters once per input leg
-      g, e = ca.contract(cb, inner=g)
-      c = legs * c + float(e)
+      g_next, e = ca.contract(_AsComponent(cb), inner=g)
+      e = float(e)
+      if cs is not None and legs == 2:  # a bilinear layer: average with the exchanged one
+        g_swap, e_swap = ca.contract(_AsComponent(cs), inner=g)
+        g_next = 0.5 * (g_next + g_swap * 10.0 ** (float(e_swap) - e))
+      g = g_next
+      c = legs * c + e
   return c, g
 
 
@@ -140,15 +194,18 @@ def _trace(g) -> float:
   return float(torch.diagonal(g[1:, 1:]).sum())  # without the padded constant coordinate
 
 
-def frobenius(a, b, self_a=None, self_b=None) -> float:
-  (cab, gab) = _gram_chain(a, b)
-  caa, taa = self_a or _self_frobenius(a)
-  cbb, tbb = self_b or _self_frobenius(b)
+def frobenius(a, b, self_a=None, self_b=None, b_swapped=None, a_swapped=None) -> float:
+  """The Frobenius cosine; node-wise symmetrised when the exchanged copies are given (``a``'s is
+  needed only when ``self_a`` is not)."""
+  symmetric = b_swapped is not None
+  (cab, gab) = _gram_chain(a, b, b_swapped)
+  caa, taa = self_a or _self_frobenius(a, a_swapped if symmetric else None)
+  cbb, tbb = self_b or _self_frobenius(b, b_swapped)
   return _trace(gab) / math.sqrt(abs(taa * tbb)) * 10.0 ** (cab - 0.5 * (caa + cbb))
 
 
-def _self_frobenius(a) -> tuple[float, float]:
-  c, g = _gram_chain(a, a)
+def _self_frobenius(a, a_swapped=None) -> tuple[float, float]:
+  c, g = _gram_chain(a, a, a_swapped)
   return c, _trace(g)
 
 
@@ -156,25 +213,28 @@ def gaussian(a, b) -> float:
   return float(_REF.cosine_from_parts(*_REF.sim.similarity_parts(a, b)))
 
 
-def similarity(a, b, measure: str) -> float:
-  """The reference's similarity of two of its models (see the module docstring)."""
+def similarity(a, b, measure: str, b_swapped=None, a_swapped=None) -> float:
+  """The reference's similarity of two of its models (see the module docstring); the Frobenius
+  one is symmetrised when the exchanged copies are given."""
   if measure == "gaussian":
     return gaussian(a, b)
   if measure == "frobenius":
-    return frobenius(a, b)
+    return frobenius(a, b, b_swapped=b_swapped, a_swapped=a_swapped)
   raise ValueError(f"measure must be 'gaussian' or 'frobenius'; got {measure!r}")
 
 
-def matrix(models, measure: str) -> np.ndarray:
+def matrix(models, measure: str, swaps=None) -> np.ndarray:
   """The ``K × K`` matrix as a user of the reference computes it: one call per pair ``i < j``
-  (the Frobenius self terms computed once per network)."""
+  (the Frobenius self terms computed once per network); symmetrised Frobenius with ``swaps``, the
+  exchanged copies of ``models``."""
   k = len(models)
   out = np.eye(k)
-  selfs = [_self_frobenius(m) for m in models] if measure == "frobenius" else None
+  swaps = swaps or [None] * k
+  selfs = [_self_frobenius(m, s) for m, s in zip(models, swaps)] if measure == "frobenius" else None
   for i in range(k):
     for j in range(i + 1, k):
       if measure == "frobenius":
-        v = frobenius(models[i], models[j], selfs[i], selfs[j])
+        v = frobenius(models[i], models[j], selfs[i], selfs[j], b_swapped=swaps[j])
       else:
         v = gaussian(models[i], models[j])
       out[i, j] = out[j, i] = v

@@ -30,6 +30,7 @@ import numpy as np
 from absl import flags
 
 from benchmarks.timing import best_time
+from mechjax.models import bilinear as bl
 from mechjax.similarity import tensor as ts
 from mechjax.train import flags as shared
 
@@ -45,8 +46,30 @@ flags.DEFINE_string(
   "A checkout of tdooms/tensor-similarity (the folder holding src/): time the matched quantities "
   "side by side with it, each tool in its own process, instead of the sections above.",
 )
-flags.DEFINE_enum("worker", None, ["mechjax", "reference"], "Internal: one side of --reference.")
+flags.DEFINE_bool(
+  "bare", True, "With --reference: also the second table, bare bilinear layers (in → hidden → 10)."
+)
+flags.DEFINE_list(
+  "cells",
+  [],
+  "With --reference: the cells of the first table to run, as depthxinxhidden (e.g. 1x784x256); "
+  "empty runs them all.",
+)
+flags.DEFINE_enum(
+  "worker",
+  None,
+  ["mechjax", "reference", "deep_mechjax", "deep_reference"],
+  "Internal: one side of --reference.",
+)
 flags.DEFINE_string("out", None, "Internal: where a --reference worker writes its values.")
+flags.register_validator(
+  "cells",
+  lambda v: (
+    all(len(c.split("x")) == 3 and all(p.isdigit() for p in c.split("x")) for c in v)
+    and all(int(c.split("x")[0]) in DEPTHS for c in v)
+  ),
+  message="must be cells depthxinxhidden with depth 1 or 2, e.g. 1x784x256",
+)
 flags.register_validator(
   "widths",
   lambda v: bool(v) and all(s.isdigit() and int(s) >= 2 for s in v),
@@ -130,6 +153,237 @@ def gaussian_section(rng):
     f"\nsimilarity_matrix, 16 × 16 (in 64, hidden 64): first call {times[0]:.3f} s (compiles), "
     f"then {times[1]:.4f} s and {times[2]:.4f} s"
   )
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference's own networks (--reference, the first table).
+DEEP_GRID = [(d, h) for d in (64, 256, 784) for h in (64, 256, 1024, 2048)]
+DEPTHS = (1, 2)
+D_MODEL, CHECKPOINTS, WALK_STEP = 128, 16, 0.15
+DEEP_MEASURES = {  # (measure, symmetrize) per depth: the Gaussian measure is exact at depth 1 only
+  1: [("gaussian", True), ("frobenius", False), ("frobenius", True)],
+  2: [("frobenius", False), ("frobenius", True)],
+}
+DEEP_NAMES = {
+  ("gaussian", True): "Gaussian",
+  ("frobenius", False): "Frobenius",
+  ("frobenius", True): "Frobenius, sym.",
+}
+
+
+def _cell(text: str) -> tuple[int, int, int]:
+  depth, d, h = (int(x) for x in text.split("x"))
+  return depth, d, h
+
+
+def walk(depth: int, d: int, h: int) -> list[dict]:
+  """``CHECKPOINTS`` checkpoints of a random walk from the reference's own initialisation of
+  ``DeepMLP(d, D_MODEL, h, OUTPUTS, n_layers=depth)`` (torch's ``Linear``: uniform in
+  ``±1/√fan_in``), each step adding Gaussian noise of ``WALK_STEP`` times that bound to every
+  weight. Weights ``{"embed": E, "body": [(L, R, D), …], "head": U}`` in float64, ``(out, in)``
+  like torch."""
+  rng = np.random.default_rng([depth, d, h])
+
+  def linear(o, i):
+    return rng.uniform(-1, 1, (o, i)) / np.sqrt(i)
+
+  w = {
+    "embed": linear(D_MODEL, d),
+    "body": [(linear(h, D_MODEL), linear(h, D_MODEL), linear(D_MODEL, h)) for _ in range(depth)],
+    "head": linear(OUTPUTS, D_MODEL),
+  }
+  step = lambda m: m + WALK_STEP * rng.normal(size=m.shape) / np.sqrt(m.shape[1])  # noqa: E731
+  out = [w]
+  for _ in range(CHECKPOINTS - 1):
+    w = {
+      "embed": step(w["embed"]),
+      "body": [tuple(step(m) for m in layer) for layer in w["body"]],
+      "head": step(w["head"]),
+    }
+    out.append(w)
+  return out
+
+
+def as_layers(w: dict, dtype) -> list[dict]:
+  """mechjax's weight format of the same network: ``[E, (L, R, D), …, U]``."""
+  layers = [{"weight": w["embed"]}]
+  layers += [{"left": l, "right": r, "out": o} for l, r, o in w["body"]]
+  layers.append({"weight": w["head"]})
+  return [{k: np.asarray(v, dtype) for k, v in layer.items()} for layer in layers]
+
+
+def forward(w: dict, x: np.ndarray) -> np.ndarray:
+  """The network in NumPy, float64: the conversion's check."""
+  h = x @ w["embed"].T
+  for l, r, o in w["body"]:
+    h = ((h @ l.T) * (h @ r.T)) @ o.T
+  return h @ w["head"].T
+
+
+def _relative(a, b) -> float:
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def _pair_and_matrix(pair, matrix, repeats: int, sync=lambda x: x) -> dict:
+  """Times and values of one quantity: the pair (checkpoints 0 and K − 1, the farthest apart) and
+  the ``K × K`` matrix; warm times, best of ``repeats`` after a first call (once, if that first call
+  took over 5 s)."""
+  out = {}
+  for name, call in (("pair", pair), ("matrix", matrix)):
+    t0 = time.perf_counter()
+    value = sync(call())
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(1 if first > 5 else repeats):
+      t0 = time.perf_counter()
+      sync(call())
+      times.append(time.perf_counter() - t0)
+    out[name] = {"time": min(times), "first": first, "value": np.asarray(value).tolist()}
+  return out
+
+
+def deep_mechjax(depth: int, d: int, h: int) -> dict:
+  """mechjax's side of one cell, float32 then float64."""
+  out = {}
+  weights = walk(depth, d, h)
+  x = np.random.default_rng(0).normal(size=(8, d))
+  for dtype in (np.float32, np.float64):
+    nets = [jax.tree.map(jnp.asarray, as_layers(w, dtype)) for w in weights]
+    cell = {"forward": _relative(bl.apply_layers(nets[0], x.astype(dtype)), forward(weights[0], x))}
+    for measure, sym in DEEP_MEASURES[depth]:
+      kw = {"measure": measure} if measure == "gaussian" else {"symmetrize": sym}
+      cell[f"{measure}/{sym}"] = _pair_and_matrix(
+        lambda: ts.tensor_similarity(nets[0], nets[-1], **kw),
+        lambda: ts.similarity_matrix(nets, **kw),
+        FLAGS.repeats,
+        jax.block_until_ready,
+      )
+    out[np.dtype(dtype).name] = cell
+  return out
+
+
+def deep_reference(depth: int, d: int, h: int) -> dict:
+  """The reference's side of one cell, float32 then float64: its ``DeepMLP``s built (and, for the
+  symmetrised Frobenius measure, their L ↔ R exchanged copies) outside the timing; its path search
+  (``precompile``, for the Gaussian measure) timed apart."""
+  import torch
+
+  from benchmarks import tensor_reference as ref
+
+  ref.load(FLAGS.reference)
+  torch.set_grad_enabled(False)
+  weights = walk(depth, d, h)
+  x = np.random.default_rng(0).normal(size=(8, d))
+  out = {}
+  for dtype in ("float32", "float64"):
+    models = [ref.deep_mlp(w, dtype) for w in weights]
+    swaps = [ref.swapped(m) for m in models]
+    y = models[0](torch.as_tensor(x, dtype=getattr(torch, dtype))).numpy()
+    cell = {"forward": _relative(y, forward(weights[0], x)), "precompile_s": 0.0}
+    for measure, sym in DEEP_MEASURES[depth]:
+      if measure == "gaussian":
+        cell["precompile_s"] += ref.precompile(models)
+      pair_swaps = (swaps[-1], swaps[0]) if sym and measure == "frobenius" else (None, None)
+      cell[f"{measure}/{sym}"] = _pair_and_matrix(
+        lambda: ref.similarity(models[0], models[-1], measure, *pair_swaps),
+        lambda: ref.matrix(models, measure, swaps if sym and measure == "frobenius" else None),
+        FLAGS.repeats,
+      )
+    out[dtype] = cell
+  return out
+
+
+def deep_comparison() -> list[float]:
+  """Every cell of the reference's own networks, each tool in a fresh process per cell (the
+  reference with an empty path cache, so that its path search sees that cell's shapes); prints the
+  first table and returns the speed-ups."""
+  import json
+  import os
+  import tempfile
+
+  from benchmarks import timing
+
+  cells = (
+    [_cell(c) for c in FLAGS.cells]
+    if FLAGS.cells
+    else [(depth, d, h) for depth in DEPTHS for d, h in DEEP_GRID]
+  )
+  results, walls, peaks = {}, {"mechjax": 0.0, "reference": 0.0}, {"mechjax": 0.0, "reference": 0.0}
+  for cell in cells:
+    for side in ("mechjax", "reference"):
+      with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.json")
+        wall, info = timing.run_worker(
+          "benchmarks.tensor_similarity",
+          f"--worker=deep_{side}",
+          f"--cells={'x'.join(map(str, cell))}",
+          f"--out={out}",
+          f"--repeats={FLAGS.repeats}",
+          f"--reference={FLAGS.reference}",
+          env={"HOME": tmp},  # the reference's path cache lives under ~/.cache: empty each time
+        )
+        with open(out) as f:
+          results[(side, cell)] = json.load(f)
+      walls[side] += wall
+      peaks[side] = max(peaks[side], info["peak_rss_mib"])
+  print(
+    f"Table 1: the reference's own networks, DeepMLP(in, {D_MODEL}, hidden, {OUTPUTS}) at depths 1 "
+    f"and 2 (no bias, no residual: its defaults), {CHECKPOINTS} checkpoints of a random walk; "
+    "mechjax reads the same weights as [embed, bilinear, …, head]. Warm times in seconds, best of "
+    f"{FLAGS.repeats}; the pair is checkpoints 0 and {CHECKPOINTS - 1}; each tool in its own "
+    "process per cell"
+  )
+  print(
+    f"{'dtype':>7s} {'depth':>5s} {'measure':>15s} {'in':>4s} {'hidden':>6s} | "
+    f"{'pair: mechjax':>14s} {'reference':>9s} {'speed-up':>8s} | {'16×16: mechjax':>14s} "
+    f"{'reference':>9s} "
+    f"{'speed-up':>8s} | {'rel. diff':>9s} {'f32 error: mechjax':>18s} {'reference':>9s}"
+  )
+  speedups, worst_forward, precompile = [], 0.0, 0.0
+  for dtype in ("float32", "float64"):
+    for cell in cells:
+      depth, d, h = cell
+      ours, theirs = results[("mechjax", cell)][dtype], results[("reference", cell)][dtype]
+      truth = results[("mechjax", cell)]["float64"]
+      worst_forward = max(worst_forward, ours["forward"], theirs["forward"])
+      precompile += theirs["precompile_s"]
+      for measure, sym in DEEP_MEASURES[depth]:
+        key = f"{measure}/{sym}"
+        row, rel, errs = [], 0.0, [0.0, 0.0]
+        for part in ("pair", "matrix"):
+          t_m, t_r = ours[key][part]["time"], theirs[key][part]["time"]
+          speedups.append(t_r / t_m)
+          row.append(f"{t_m:14.2e} {t_r:9.2e} {t_r / t_m:7.1f}x")
+          v_m, v_r = ours[key][part]["value"], theirs[key][part]["value"]
+          rel = max(rel, _relative_entries(v_m, v_r))
+          errs = [
+            max(errs[0], _relative_entries(v_m, truth[key][part]["value"])),
+            max(errs[1], _relative_entries(v_r, truth[key][part]["value"])),
+          ]
+        err = f"{errs[0]:18.1e} {errs[1]:9.1e}" if dtype == "float32" else ""
+        print(
+          f"{dtype:>7s} {depth:5d} {DEEP_NAMES[(measure, sym)]:>15s} {d:4d} {h:6d} | {row[0]} | "
+          f"{row[1]} | {rel:9.1e} {err}"
+        )
+  print(
+    f"\nTable 1 speed-ups: smallest {min(speedups):.1f}x, geometric mean "
+    f"{np.exp(np.mean(np.log(speedups))):.1f}x over {len(speedups)} cells. The conversion: both "
+    f"tools' forward passes agree with NumPy's to {worst_forward:.1e} (relative, float32 "
+    f"included). The reference's path searches (precompile, untimed above): {precompile:.1f} s."
+  )
+  for side in ("mechjax", "reference"):
+    print(
+      f"{side}: {len(cells)} processes, {walls[side]:.1f} s in all, largest peak resident memory "
+      f"{peaks[side]:.0f} MiB"
+    )
+  return speedups
+
+
+def _relative_entries(a, b) -> float:
+  """The largest entry-wise relative difference of two similarities (or matrices of them)."""
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,8 +549,13 @@ def reference_worker():
   import json
 
   jax.config.update("jax_enable_x64", True)  # float64 rows; float32 inputs stay float32
-  side = mechjax_side if FLAGS.worker == "mechjax" else reference_side
-  out = {np.dtype(dt).name: side(dt) for dt in (np.float32, np.float64)}
+  if FLAGS.worker.startswith("deep_"):
+    side = deep_mechjax if FLAGS.worker == "deep_mechjax" else deep_reference
+    (cell,) = FLAGS.cells
+    out = side(*_cell(cell))
+  else:
+    side = mechjax_side if FLAGS.worker == "mechjax" else reference_side
+    out = {np.dtype(dt).name: side(dt) for dt in (np.float32, np.float64)}
   with open(FLAGS.out, "w") as f:
     json.dump(out, f)
   print(json.dumps({"done": True}))
@@ -308,7 +567,14 @@ def main(argv):
     reference_worker()
     return
   if FLAGS.reference:
-    reference_comparison()
+    speedups = deep_comparison()
+    print()
+    if FLAGS.bare:
+      reference_comparison()
+    print(
+      f"\nTable 1 (the reference's own networks): at least 2x in every cell: "
+      f"{'yes' if min(speedups) >= 2 else 'NO'}"
+    )
     return
   rng = np.random.default_rng(0)
   recursion = jax.jit(lambda a, b: ts.tensor_inner(a, b))

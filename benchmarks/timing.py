@@ -31,12 +31,12 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def run_worker(module: str, *args: str) -> tuple[float, dict]:
+def run_worker(module: str, *args: str, env: dict | None = None) -> tuple[float, dict]:
   """``python -m module args`` in a fresh process from the checkout; returns its whole-process wall
   time and the last JSON line it printed, with ``peak_rss_mib`` added: the worker's peak resident
   memory as the kernel accounts it (``wait4``'s ``ru_maxrss``, taken from outside the worker by a
-  small launcher process, so that the benchmark's own memory is not counted in it). Raises with the
-  end of its stderr if it fails."""
+  small launcher process, so that the benchmark's own memory is not counted in it). ``env`` adds
+  to (or overrides) the worker's environment. Raises with the end of its stderr if it fails."""
   import json
   import os
   import subprocess
@@ -48,6 +48,7 @@ def run_worker(module: str, *args: str) -> tuple[float, dict]:
     "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
     "TQDM_DISABLE": "1",
     "PYTHONWARNINGS": "ignore",
+    **(env or {}),
   }
   with tempfile.TemporaryDirectory() as tmp:
     rss_file = os.path.join(tmp, "maxrss")

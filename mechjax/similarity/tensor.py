@@ -493,9 +493,11 @@ def similarity_matrix(
   """Tensor similarity between every pair of ``networks`` (each Gram computed once), ``(K, K)``.
 
   With ``slice_index`` the entries compare that output slice only. The networks must share one
-  structure (layer kinds and shapes), as checkpoints of one run do; the pairs are one vmapped
-  program. With ``measure="gaussian"`` each network's terms (and, on that path, its quadratic
-  forms) are computed once for all ``K²`` pairs, as :func:`tensor_similarity` computes them for one.
+  structure (layer kinds and shapes), as checkpoints of one run do; the ``K(K+1)/2`` pairs run in
+  one compiled program, one after another (``lax.map``: on a CPU a batch of large pairs under
+  ``vmap`` ran several times slower). With one bilinear layer each network's terms (and, on that
+  path, its quadratic forms) are computed once for all pairs, as :func:`tensor_similarity` computes
+  them for one, and the contraction is chosen for all the pairs at once (:data:`DEPTH_ONE_PATHS`).
 
   Args:
     networks: ``K ≥ 1`` networks in the weight format of :mod:`mechjax.models.bilinear`, all of one
@@ -591,7 +593,9 @@ def _depth_one_matrix(measure: str, symmetrize: bool, constant: bool, slice_inde
       ii, jj = np.triu_indices(k)
       pick = lambda i: jax.tree.map(lambda x: x[i], parts)  # noqa: E731
       pair = _gaussian_pair if gaussian else lambda x, y: _frobenius_pair(x, y, symmetrize)
-      upper = jax.vmap(lambda i, j: pair(pick(i), pick(j)))(jnp.asarray(ii), jnp.asarray(jj))
+      upper = jax.lax.map(
+        lambda ij: pair(pick(ij[0]), pick(ij[1])), (jnp.asarray(ii), jnp.asarray(jj))
+      )
       e = jnp.zeros((k, k), upper.dtype).at[ii, jj].set(upper).at[jj, ii].set(upper)
     diag = jnp.diag(e)
     return e / jnp.sqrt(jnp.abs(jnp.outer(diag, diag)))
@@ -601,9 +605,9 @@ def _depth_one_matrix(measure: str, symmetrize: bool, constant: bool, slice_inde
 
 @functools.lru_cache(maxsize=32)
 def _matrix_program(symmetrize: bool, slice_index: int | None):
-  """The pairs of :func:`similarity_matrix` as one jitted, vmapped program, built once per
-  (symmetrize, slice) and compiled once per architecture and K: a second call with networks of
-  the same shapes compiles nothing."""
+  """The pairs of :func:`similarity_matrix` as one jitted program (``lax.map`` over them), built
+  once per (symmetrize, slice) and compiled once per architecture and K: a second call with
+  networks of the same shapes compiles nothing."""
 
   def pair(stacked, i, j):
     pick = lambda t, n: jax.tree.map(lambda x: x[n], t)  # noqa: E731
@@ -611,7 +615,7 @@ def _matrix_program(symmetrize: bool, slice_index: int | None):
     v = jnp.trace(g) if slice_index is None else g[slice_index, slice_index]
     return c, v
 
-  return jax.jit(jax.vmap(pair, in_axes=(None, 0, 0)))
+  return jax.jit(lambda stacked, ii, jj: jax.lax.map(lambda ij: pair(stacked, *ij), (ii, jj)))
 
 
 # ----------------------------------------------------------------------------------------------
