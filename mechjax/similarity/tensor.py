@@ -32,8 +32,9 @@ their similarity is below 1. What holds at every depth:
 * ``⟨T_a, T_b⟩ = tr G``, and the per-output slice ``⟨T_a[k], T_b[k]⟩ = G_kk``.
 
 A layer costs ``O(h_a h_b (d_a + d_b) + o_a o_b (h_a + h_b))``. Since the degree doubles at each
-bilinear layer, ``G`` is carried as ``exp(c) · Ĝ`` with ``max |Ĝ| = 1`` and the log-scale ``c``
-doubling through each bilinear layer, so deep or wide networks neither overflow nor underflow.
+bilinear layer, ``G`` is carried as ``2^e · Ĝ`` with ``1 ≤ max |Ĝ| < 2`` and the integer exponent
+``e`` doubling through each bilinear layer, so deep or wide networks neither overflow nor underflow,
+and rescaling by powers of two rounds nothing.
 
 **Gaussian inputs.** For independent copies ``x₁ … x_{2ⁿ} ~ N(0, I)``, ``E⟨T_a(x₁, …), T_b(x₁, …)⟩ =
 ⟨T_a, T_b⟩`` exactly at every depth (the multilinear identity; :func:`multilinear_apply`). For the
@@ -81,6 +82,22 @@ def _bilinear_core(la, ra, lb, rb, g, symmetrize):
   return 0.5 * (ll * rr + (la @ gb(rb)) * (ra @ gb(lb)))
 
 
+def _log2_gram(a, b, symmetrize: bool) -> tuple[jax.Array, jax.Array]:
+  """``(e, Ĝ)`` with ``G = 2^e · Ĝ`` (:func:`_log_gram`), after :func:`log_gram`'s checks."""
+  a, b = _networks(a, b)
+  kinds_a, kinds_b = [bl.layer_kind(x) for x in a], [bl.layer_kind(x) for x in b]
+  if kinds_a != kinds_b:
+    raise ValueError(
+      "the recursion pairs layer i of one network with layer i of the other, so the two must have "
+      f"the same sequence of layer kinds; got {kinds_a} and {kinds_b}"
+    )
+  dt = jnp.result_type(
+    *[jnp.asarray(v).dtype for layer in a + b for v in layer.values()], jnp.float32
+  )
+  cast = lambda net: [{k: jnp.asarray(v, dt) for k, v in layer.items()} for layer in net]  # noqa: E731
+  return _log_gram(cast(a), cast(b), symmetrize)
+
+
 def log_gram(a, b, *, symmetrize: bool = True) -> tuple[jax.Array, jax.Array]:
   """``(c, Ĝ)`` with ``G = exp(c) · Ĝ`` the final ``(o_a, o_b)`` Gram matrix of the recursion
   (module doc).
@@ -97,27 +114,21 @@ def log_gram(a, b, *, symmetrize: bool = True) -> tuple[jax.Array, jax.Array]:
 
   Returns:
     ``(c, Ĝ)``: the scalar log-scale ``c`` and the normalised ``(o_a, o_b)`` Gram matrix ``Ĝ``
-    (``max |Ĝ| = 1`` unless ``G = 0``).
+    (``1 ≤ max |Ĝ| < 2`` unless ``G = 0``: each layer is rescaled by a power of two).
   """
-  a, b = _networks(a, b)
-  kinds_a, kinds_b = [bl.layer_kind(x) for x in a], [bl.layer_kind(x) for x in b]
-  if kinds_a != kinds_b:
-    raise ValueError(
-      "the recursion pairs layer i of one network with layer i of the other, so the two must have "
-      f"the same sequence of layer kinds; got {kinds_a} and {kinds_b}"
-    )
-  dt = jnp.result_type(
-    *[jnp.asarray(v).dtype for layer in a + b for v in layer.values()], jnp.float32
-  )
-  cast = lambda net: [{k: jnp.asarray(v, dt) for k, v in layer.items()} for layer in net]
-  return _log_gram(cast(a), cast(b), symmetrize)
+  e, g = _log2_gram(a, b, symmetrize)
+  return e * math.log(2.0), g
 
 
 @functools.partial(jax.jit, static_argnums=2)
 def _log_gram(a, b, symmetrize):
+  """``(e, Ĝ)`` with ``G = 2^e · Ĝ``. Each layer's ``G`` is rescaled by a power of two, which is
+  exact, so ``e`` is an integer held exactly in the float type and the similarity's
+  ``2^(e_ab − ½(e_aa + e_bb))`` loses nothing to rounding (a natural-log scale would carry the
+  float32 rounding of a number in the tens into every similarity)."""
   dt = jax.tree.leaves(a)[0].dtype
   g = None  # the identity on the inputs, never formed
-  c = jnp.zeros((), dt)
+  e = jnp.zeros((), dt)
   for la_, lb_ in zip(a, b):
     if "weight" in la_:
       wb = lb_["weight"].T if g is None else g @ lb_["weight"].T
@@ -126,16 +137,13 @@ def _log_gram(a, b, symmetrize):
       la, ra, da = (la_[k] for k in bl.BILINEAR_KEYS)
       lb, rb, db = (lb_[k] for k in bl.BILINEAR_KEYS)
       g = da @ _bilinear_core(la, ra, lb, rb, g, symmetrize) @ db.T
-      c = 2.0 * c
+      e = 2.0 * e
     s = jnp.max(jnp.abs(g))
-    s = jnp.where(s > 0, s, 1.0)
-    g = g / s
-    c = c + jnp.log(s)
-  return c, g
-
-
-def _from_log(c, x):
-  return jnp.exp(c) * x
+    _, step = jnp.frexp(s)  # s = m · 2^step with ½ ≤ m < 1, exactly; (0, 0) for s = 0
+    step = jnp.where(s > 0, step - 1, 0)
+    g = jnp.ldexp(g, -step)
+    e = e + step.astype(dt)
+  return e, g
 
 
 def tensor_inner(
@@ -164,8 +172,8 @@ def tensor_inner(
     The scalar inner product.
   """
   if measure == "frobenius":
-    c, g = log_gram(a, b, symmetrize=symmetrize)
-    return _from_log(c, jnp.trace(g))
+    e, g = _log2_gram(a, b, symmetrize)
+    return jnp.exp2(e) * jnp.trace(g)
   if measure == "gaussian":
     return gaussian_inner(a, b, constant=constant)
   raise ValueError(f"measure must be one of {MEASURES}; got {measure!r}")
@@ -417,9 +425,9 @@ def gaussian_inner(a, b, *, constant: bool = False) -> jax.Array:
   return _gaussian_inner(a, b, bool(constant))
 
 
-def _cosine_from_logs(cab, gab, caa, gaa, cbb, gbb):
-  """``x_ab / sqrt(x_aa x_bb)`` from log-scaled values, without leaving log space."""
-  return gab / jnp.sqrt(jnp.abs(gaa * gbb)) * jnp.exp(cab - 0.5 * (caa + cbb))
+def _cosine_from_logs(eab, gab, eaa, gaa, ebb, gbb):
+  """``x_ab / sqrt(x_aa x_bb)`` from values ``2^e · g``; the exponents' difference is exact."""
+  return gab / jnp.sqrt(jnp.abs(gaa * gbb)) * jnp.exp2(eab - 0.5 * (eaa + ebb))
 
 
 def tensor_similarity(
@@ -451,7 +459,7 @@ def tensor_similarity(
     # scale is needed at depth one.
     return _depth_one_similarity(a, b, measure, bool(symmetrize), bool(constant))
   (cab, gab), (caa, gaa), (cbb, gbb) = (
-    log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b))
+    _log2_gram(x, y, symmetrize) for x, y in ((a, b), (a, a), (b, b))
   )
   return _cosine_from_logs(cab, jnp.trace(gab), caa, jnp.trace(gaa), cbb, jnp.trace(gbb))
 
@@ -477,7 +485,7 @@ def slice_similarity(a, b, *, symmetrize: bool = True) -> jax.Array:
     ``(o,)`` cosine similarities, one per output.
   """
   (cab, gab), (caa, gaa), (cbb, gbb) = (
-    log_gram(x, y, symmetrize=symmetrize) for x, y in ((a, b), (a, a), (b, b))
+    _log2_gram(x, y, symmetrize) for x, y in ((a, b), (a, a), (b, b))
   )
   return _cosine_from_logs(cab, jnp.diag(gab), caa, jnp.diag(gaa), cbb, jnp.diag(gbb))
 
@@ -556,7 +564,7 @@ def similarity_matrix(
     return (
       vals
       / np.sqrt(np.abs(np.outer(d_val, d_val)))
-      * np.exp(logs - 0.5 * (d_log[:, None] + d_log[None, :]))
+      * np.exp2(logs - 0.5 * (d_log[:, None] + d_log[None, :]))
     )
 
 
@@ -611,7 +619,7 @@ def _matrix_program(symmetrize: bool, slice_index: int | None):
 
   def pair(stacked, i, j):
     pick = lambda t, n: jax.tree.map(lambda x: x[n], t)  # noqa: E731
-    c, g = log_gram(pick(stacked, i), pick(stacked, j), symmetrize=symmetrize)
+    c, g = _log2_gram(pick(stacked, i), pick(stacked, j), symmetrize)
     v = jnp.trace(g) if slice_index is None else g[slice_index, slice_index]
     return c, v
 

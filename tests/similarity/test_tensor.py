@@ -342,3 +342,20 @@ def test_depth_one_frobenius_similarity_equals_the_materialised_tensors(hidden, 
     # The depth-2 recursion of the same networks with a second bilinear layer still runs.
     deeper = [*a, th._rand_bilinear(rng, 2, 3, 2)]
     assert abs(float(ts.tensor_similarity(deeper, deeper, symmetrize=symmetrize)) - 1) < 1e-12
+
+
+def test_float32_deep_similarity_keeps_float32_precision():
+  """``G`` is rescaled by powers of two, so the scale's exponent is an exact integer and a float32
+  similarity of a deep network is as close to float64 as float32 allows. A natural-log scale ``c``
+  of a few tens, rounded to float32 (ulp ~4e-6), carried its rounding into every similarity."""
+  rng = np.random.default_rng(11)
+  a = [{k: 3.0 * v for k, v in th._rand_bilinear(rng, 6, 5, 5).items()} for _ in range(3)]
+  b = th._correlated(rng, a)
+  e, _ = ts._log2_gram(a, b, True)
+  assert float(e) > 40 and float(e) == round(float(e))  # a large scale, held as an integer
+  with jax.enable_x64(True):
+    want = float(ts.tensor_similarity(a, b))
+  f32 = lambda net: [{k: np.float32(v) for k, v in layer.items()} for layer in net]  # noqa: E731
+  got = ts.tensor_similarity(f32(a), f32(b))
+  assert got.dtype == np.float32 and 0.1 < want < 0.99
+  assert float(got) == pytest.approx(want, rel=1e-6)
