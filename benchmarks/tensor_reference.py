@@ -1,7 +1,6 @@
 """The reference implementation of tensor similarity (Cohen et al. 2026, the repository
 tdooms/tensor-similarity), called on its own ``DeepMLP`` networks and on mechjax's bare bilinear
-layers, for
-``python -m benchmarks.tensor_similarity --reference=PATH``.
+layers, for ``python -m benchmarks.tensor_similarity --reference=PATH``.
 
 The reference is imported from a checkout (``PATH`` is the folder that holds its ``src/``), not
 installed: its packaging asks for Python ≥ 3.13, but its modules import on 3.11. It needs torch,

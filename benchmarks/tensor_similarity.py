@@ -1,13 +1,25 @@
-"""Tensor similarity: the Gram recursion against materialising the tensors, and the speed of the
-depth-1 Gaussian similarity and of ``similarity_matrix``.
+"""Tensor similarity: against the reference implementation, against materialising the tensors, and
+the speed of the depth-1 Gaussian similarity and of ``similarity_matrix``.
 
+    python -m benchmarks.tensor_similarity --reference=CHECKOUT  # against tdooms/tensor-similarity
     python -m benchmarks.tensor_similarity  # widths 8..48
     python -m benchmarks.tensor_similarity --widths=8,16,32,64 --max_gib=20
+
+**Against the reference** (``--reference``, the folder of a tdooms/tensor-similarity checkout that
+holds ``src/``; its requirements are in ``benchmarks/requirements.txt``). Table 1, the headline: the
+reference's own networks ``DeepMLP(in, 128, hidden, 10)`` (:func:`walk`) at depths 1 and 2, inputs
+64, 256 and 784, hidden widths 64–2048, 16 checkpoints of a random walk read by both tools from the
+same weights (checked on a forward pass): the depth-1 Gaussian similarity and the unsymmetrised and
+symmetrised Frobenius similarities, for checkpoints 0 and 15 and for the 16 × 16 matrix, float32 and
+float64, each tool in a fresh process per cell (the reference with an empty path cache; its path
+search is timed apart). Table 2 (``--bare``): bare bilinear layers ``in → hidden → 10``, which the
+reference reads as a ``DeepMLP`` with an identity embed. Both print each tool's peak resident
+memory.
 
 **Gaussian, depth 1.** ``tensor_similarity(a, b, measure="gaussian")`` for one bilinear layer
 ``in → hidden → 10`` on a grid of inputs 64–784 and hidden widths 64–2048, float32 and float64: the
 best warm time of a call, the path it takes (through the hidden units or through the quadratic
-forms, :func:`mechjax.similarity.tensor._use_quadratic_forms`), its rate in GFLOP/s and the share of
+forms, :func:`gaussian_plan`), its rate in GFLOP/s and the share of
 the float32 matmul peak measured in the same run. **Matrix.** ``similarity_matrix`` of 16 networks
 (in 64, hidden 64): the first call (tracing and compiling) and the next ones (compiled once per
 architecture). The reference implementation is not run here.
@@ -115,6 +127,17 @@ def single(rng, d, h, dtype):
   ]
 
 
+def gaussian_plan(d: int, h: int) -> tuple[str, int]:
+  """The contraction path ``tensor_similarity(measure="gaussian")`` takes for two bare layers
+  ``d → h → 10`` (one of :data:`~mechjax.similarity.tensor.DEPTH_ONE_PATHS`; three inner products
+  among two networks) and its multiply-adds, from the shapes alone."""
+  net = [{k: np.broadcast_to(0.0, s) for k, s in (("left", (h, d)), ("right", (h, d)))}]
+  net[0]["out"] = np.broadcast_to(0.0, (OUTPUTS, h))
+  forms, keep = ts._depth_one_plan(net, net, 3, 2, True)
+  work = ts._depth_one_costs(net, net, 3, 2, True)[(forms, keep)]
+  return ts.DEPTH_ONE_PATHS[2 * forms + keep], work
+
+
 def gaussian_section(rng):
   f = jax.jit(lambda x: x @ x)
   m = jnp.ones((1024, 1024), jnp.float32)
@@ -132,14 +155,8 @@ def gaussian_section(rng):
     for d, h in GAUSSIAN_GRID:
       a, b = single(rng, d, h, dtype), single(rng, d, h, dtype)
       t = best_time(lambda: ts.tensor_similarity(a, b, measure="gaussian"), FLAGS.repeats)
-      forms = ts._use_quadratic_forms(h, d, OUTPUTS, pairs=3, networks=2)
-      work = (
-        (2 * OUTPUTS * h * d * d + 3 * OUTPUTS * d * d)
-        if forms
-        else 3 * (4 * h * h * d + h * h * OUTPUTS)
-      )
+      path, work = gaussian_plan(d, h)
       rate = 2 * work / t / 1e9
-      path = "quadratic forms" if forms else "hidden units"
       print(
         f"{np.dtype(dtype).name:>8s}{d:6d}{h:8d}{t:11.2e}{path:>16s}{rate:9.1f}{rate / peak:8.0%}"
       )

@@ -25,3 +25,11 @@ def test_run_worker_reports_the_child_s_own_peak_memory(monkeypatch):
   assert big["peak_rss_mib"] >= 300 > small["peak_rss_mib"]  # each child's own, not the largest
   with pytest.raises(RuntimeError, match="failed"):
     timing.run_worker("tests.benchmarks.rss_child", "not-a-number")
+
+
+def test_the_gaussian_section_names_the_path_the_library_takes():
+  from benchmarks import tensor_similarity as bench
+
+  plans = {(d, h): bench.gaussian_plan(d, h) for d, h in bench.GAUSSIAN_GRID}
+  assert plans[(64, 2048)][0] == "forms" and plans[(784, 64)][0] == "hidden"
+  assert all(path in ("hidden", "forms") and work > 0 for path, work in plans.values())

@@ -359,3 +359,18 @@ def test_float32_deep_similarity_keeps_float32_precision():
   got = ts.tensor_similarity(f32(a), f32(b))
   assert got.dtype == np.float32 and 0.1 < want < 0.99
   assert float(got) == pytest.approx(want, rel=1e-6)
+
+
+def test_float32_similarity_matrix_through_the_forms_keeps_float32_precision(force_path):
+  """The forms path sums ``o·in²`` products per pair; in one running float32 total that lost
+  several times float32's rounding at ``in = 256`` (8e-7 relative), row sums do not."""
+  from benchmarks import tensor_similarity as bench
+
+  nets = [bench.as_layers(w, np.float64) for w in bench.walk(1, 256, 256)]  # DeepMLP(256, …)
+  force_path("forms")
+  with jax.enable_x64(True):
+    want = ts.similarity_matrix(nets)
+  f32 = [[{k: np.float32(v) for k, v in layer.items()} for layer in net] for net in nets]
+  got = ts.similarity_matrix(f32)
+  assert 0.1 < np.min(want) < 0.99
+  np.testing.assert_allclose(got, want, rtol=5e-7)
