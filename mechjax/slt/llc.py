@@ -63,12 +63,12 @@ class LLCResult:
       computed ``L_B(w*)``: ``"per_sample"`` or ``"per_step"``) with ``star_loss_reason``.
   """
 
-  llc_mean: float
-  llc_std: float
-  llc_per_chain: np.ndarray  # (num_chains,)
-  loss_trace: np.ndarray  # (num_chains, num_draws), burn-in excluded
-  init_loss: float
-  diagnostics: dict[str, Any]
+  llc_mean: float | np.ndarray  # a float; (B,) from estimate_llc_batch
+  llc_std: float | np.ndarray  # a float; (B,)
+  llc_per_chain: np.ndarray  # (num_chains,); (B, num_chains)
+  loss_trace: np.ndarray  # (num_chains, num_draws), burn-in excluded; (B, num_chains, num_draws)
+  init_loss: float | np.ndarray  # a float; (B,)
+  diagnostics: dict[str, Any]  # floats and path names; (B,) arrays but nbeta and the path names
 
 
 def init_loss(loss_fn: Callable, params, data, key: jax.Array, batch_size: int) -> float:
@@ -197,19 +197,9 @@ def estimate_llc(
   data,
   *,
   key: jax.Array,
-  num_chains: int | None = None,
-  num_draws: int | None = None,
-  num_burnin: int | None = None,
-  step_size: float | None = None,
-  nbeta: float | None = None,
-  localization: float | None = None,
-  batch_size: int | None = None,
-  param_mask=None,
-  rmsprop: float | None = None,
-  mala: bool | None = None,
-  mala_every: int | None = None,
-  star_loss: str | None = None,
   settings: sgld.SGLDSettings | None = None,
+  param_mask=None,
+  **overrides: Any,
 ) -> LLCResult:
   """Estimates the LLC at ``params`` (= w*) with ``num_chains`` vmapped SGLD chains.
 
@@ -227,20 +217,23 @@ def estimate_llc(
       ``INIT_LOSS_BATCHES`` batches. Pass the same sampler function on every call.
     key: every random choice (minibatches, noise, the init-loss batches) derives from it; the same
       key gives the same result bit for bit.
-    num_chains, num_draws, num_burnin: each chain takes ``num_burnin + num_draws`` steps; the first
-      ``num_burnin`` are discarded (defaults 4, 200 and 0).
-    step_size, nbeta, localization, batch_size, rmsprop, mala, mala_every, star_loss: see
-      :class:`mechjax.slt.sgld.SGLDSettings`; ``nbeta`` unset means ``n / ln n``; ``star_loss``
-      see :func:`star_loss_path`.
+    settings: the sampler's settings, an :class:`mechjax.slt.sgld.SGLDSettings` (a study passes
+      ``cfg.sgld``); optional when the keywords below give ``step_size``, ``localization`` and
+      ``batch_size``.
     param_mask: 0/1 pytree like ``params``; only the 1s are sampled (the weight-refined LLC).
-    settings: all of the above but ``param_mask`` in one :class:`mechjax.slt.sgld.SGLDSettings`,
-      instead of the keywords (not together with them).
+    **overrides: any field of :class:`~mechjax.slt.sgld.SGLDSettings`, replacing the one in
+      ``settings`` (:func:`mechjax.slt.sgld.settings_from`): ``num_chains``, ``num_draws`` and
+      ``num_burnin`` (each chain takes ``num_burnin + num_draws`` steps, the burn-in discarded;
+      defaults 4, 200 and 0), ``step_size``, ``nbeta`` (unset: ``n / ln n``), ``localization``,
+      ``batch_size``, ``rmsprop``, ``mala``, ``mala_every``, ``star_loss``
+      (:func:`star_loss_path`) and ``chain_loop``. A name that is not a field is refused.
 
   Raises:
+    TypeError: an override that is not a field of ``SGLDSettings``, or a required one missing.
     ChainDivergedError: a chain's loss became non-finite; names the chain and the draw.
     mechjax.config.ConfigError: a non-positive step size, nβ, batch size or count (a ValueError).
   """
-  s = _settings(settings, locals())
+  s = sgld.settings_from(settings, **overrides)
   if param_mask is not None and jax.tree.structure(param_mask) != jax.tree.structure(params):
     raise ValueError("param_mask must be a pytree with the same structure as params (0/1 arrays)")
   sgld.check_params(params)
@@ -273,19 +266,9 @@ def estimate_llc_batch(
   data,
   *,
   key: jax.Array,
-  num_chains: int | None = None,
-  num_draws: int | None = None,
-  num_burnin: int | None = None,
-  step_size: float | None = None,
-  nbeta: float | None = None,
-  localization: float | None = None,
-  batch_size: int | None = None,
-  param_mask=None,
-  rmsprop: float | None = None,
-  mala: bool | None = None,
-  mala_every: int | None = None,
-  star_loss: str | None = None,
   settings: sgld.SGLDSettings | None = None,
+  param_mask=None,
+  **overrides: Any,
 ) -> LLCResult:
   """The LLC at ``B`` points at once: :func:`estimate_llc` for each ``params_stack[b]``, with
   points × chains in one compiled program (:func:`mechjax.slt.sgld.sample_points`), sharded over
@@ -304,7 +287,7 @@ def estimate_llc_batch(
   Returns:
     an :class:`LLCResult` whose fields have a leading axis of ``B`` points.
   """
-  s = _settings(settings, locals())
+  s = sgld.settings_from(settings, **overrides)
   s, sampler = sgld.resolve_data(s, data)
   leaves = jax.tree.leaves(params_stack)
   num_points = leaves[0].shape[0] if leaves and jnp.ndim(leaves[0]) else 0
@@ -349,23 +332,6 @@ def estimate_llc_batch(
       ]
     )
   return _summarise(traces, s, l0, path, reason)
-
-
-def _settings(settings, given: dict) -> sgld.SGLDSettings:
-  names = (
-    "num_chains",
-    "num_draws",
-    "num_burnin",
-    "step_size",
-    "nbeta",
-    "localization",
-    "batch_size",
-    "rmsprop",
-    "mala",
-    "mala_every",
-    "star_loss",
-  )
-  return sgld.settings_from(settings, **{k: given[k] for k in names})
 
 
 def _point_keys(key, num_points: int) -> jax.Array:

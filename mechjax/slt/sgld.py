@@ -180,18 +180,37 @@ def study_group(help: str, **defaults: Any) -> Any:  # noqa: A002
   return config.group(SGLDSettings(**{**base, **defaults}), help=help, flags=STUDY_FLAGS)
 
 
-def settings_from(settings: SGLDSettings | None, **loose: Any) -> SGLDSettings:
-  """The settings of a call that takes either ``settings=`` or the loose keywords
-  (``step_size=...``): one or the other, so that no value is silently ignored. Loose keywords left
-  at None take the defaults."""
-  given = {k: v for k, v in loose.items() if v is not None}
+SGLD_FIELDS = tuple(f.name for f in dataclasses.fields(SGLDSettings))
+REQUIRED_FIELDS = ("step_size", "localization", "batch_size")
+
+
+def settings_from(settings: SGLDSettings | None = None, /, **overrides: Any) -> SGLDSettings:
+  """The one way every SLT entry point reads its sampler settings: ``settings`` (an
+  :class:`SGLDSettings`; default none) with ``overrides`` replacing its fields.
+
+  ``estimate_llc(loss, w, data, key=k, step_size=1e-4, localization=100.0, batch_size=64)``, a
+  study's ``estimate_llc(..., settings=cfg.sgld)`` and ``estimate_llc(..., settings=cfg.sgld,
+  num_draws=50)`` all come here. An override left at None keeps the settings' value (or the
+  default). Without ``settings`` the fields with no default (:data:`REQUIRED_FIELDS`) must be among
+  the overrides.
+
+  Raises:
+    TypeError: an override that is not a field of :class:`SGLDSettings` (a misspelling would
+      otherwise be lost), ``settings`` of another type, or a required field missing.
+    mechjax.config.ConfigError: a value out of range, as :class:`SGLDSettings` checks it.
+  """
+  unknown = sorted(set(overrides) - set(SGLD_FIELDS))
+  if unknown:
+    raise TypeError(
+      f"unknown SGLD settings {unknown}: the sampler takes the fields of SGLDSettings, "
+      f"{', '.join(SGLD_FIELDS)}"
+    )
+  given = {k: v for k, v in overrides.items() if v is not None}
   if settings is not None:
-    if given:
-      raise TypeError(f"pass either settings= or the keywords {sorted(given)}, not both")
     if not isinstance(settings, SGLDSettings):
       raise TypeError(f"settings must be an SGLDSettings; got {type(settings).__name__}")
-    return settings
-  missing = [k for k in ("step_size", "localization", "batch_size") if k not in given]
+    return dataclasses.replace(settings, **given) if given else settings
+  missing = [k for k in REQUIRED_FIELDS if k not in given]
   if missing:
     raise TypeError(f"missing the SGLD settings {missing} (or pass settings=SGLDSettings(...))")
   return SGLDSettings(**given)
@@ -289,6 +308,60 @@ def check_sampler(sample_batch, batch_size: int) -> None:
     )
 
 
+def potential_and_grad(loss_fn, w, w_star, batch, mask, nbeta: float, localization: float):
+  """``(U, L_B, ∇U, ∇L_B)`` at ``w`` with ``U = nβ·L_B(w) + (γ/2)‖w − w*‖²``, the tempered,
+  localised potential whose Gibbs measure ``exp(−U)`` SGLD samples (Lau et al. 2023, eq. 4); both
+  gradients are multiplied by ``mask`` (0 on the coordinates held at ``w*``)."""
+  loss, loss_grad = jax.value_and_grad(loss_fn)(w, batch)
+  diff = jax.tree.map(lambda a, b: a - b, w, w_star)
+  value = nbeta * loss + 0.5 * localization * _tree_dot(diff, diff)
+  loss_grad = jax.tree.map(lambda g, m: g * m, loss_grad, mask)
+  grad_u = jax.tree.map(lambda g, d, m: nbeta * g + localization * d * m, loss_grad, diff, mask)
+  return value, loss, grad_u, loss_grad
+
+
+def rmsprop_preconditioner(v, loss_grad, decay: float | None, eps: float):
+  """``(v', G)``: pSGLD's running mean square ``v' = α v + (1 − α) (∇L_B)²`` and the diagonal
+  preconditioner ``G = 1 / (√v' + δ)`` (Li et al. 2016, eqs. 4–5); with ``decay`` None, plain
+  SGLD: ``v`` unchanged and ``G = 1``."""
+  if decay is None:
+    return v, jax.tree.map(jnp.ones_like, loss_grad)
+  v = jax.tree.map(lambda v_, g: decay * v_ + (1 - decay) * g**2, v, loss_grad)
+  return v, jax.tree.map(lambda v_: 1.0 / (jnp.sqrt(v_) + eps), v)
+
+
+def langevin_step(w, grad_u, precond, standard_noise, mask, step_size: float):
+  """``(w', ξ)``: ``w' = w − (ε/2) G ∇U + ξ`` with ``ξ = √(ε G) · z · mask`` for standard normal
+  ``z`` (Welling & Teh 2011, eq. 4, with pSGLD's ``G``)."""
+  noise = jax.tree.map(
+    lambda z, p, m: jnp.sqrt(step_size * p) * z * m, standard_noise, precond, mask
+  )
+  w_new = jax.tree.map(
+    lambda w_, p, g, z: w_ - 0.5 * step_size * p * g + z, w, precond, grad_u, noise
+  )
+  return w_new, noise
+
+
+def log_proposal(w_to, w_from, grad_from, precond, mask, step_size: float):
+  """``log N(w_to; w_from − (ε/2) G ∇U(w_from), ε G)`` up to a constant that cancels in the
+  Metropolis–Hastings ratio."""
+  mean = jax.tree.map(lambda w, g, p: w - 0.5 * step_size * p * g, w_from, grad_from, precond)
+  resid = jax.tree.map(lambda a, b, p, m: (a - b) * m / jnp.sqrt(p), w_to, mean, precond, mask)
+  return -_tree_dot(resid, resid) / (2 * step_size)
+
+
+def mala_acceptance(u_w, u_new, w, w_new, grad_u, grad_new, precond, mask, step_size: float):
+  """The MALA acceptance probability of the move ``w → w'``, ``min(1, exp(U(w) − U(w') + log q(w |
+  w') − log q(w' | w)))`` (Roberts & Tweedie 1996), as float32."""
+  log_ratio = (
+    u_w
+    - u_new
+    + log_proposal(w, w_new, grad_new, precond, mask, step_size)
+    - log_proposal(w_new, w, grad_u, precond, mask, step_size)
+  )
+  return jnp.minimum(1.0, jnp.exp(jnp.minimum(log_ratio, 0.0))).astype(jnp.float32)
+
+
 def sample_chain(
   loss_fn: Callable[[Params, Any], jax.Array],
   params_star: Params,
@@ -349,82 +422,33 @@ def sample_chain(
     raise ValueError(
       "settings.nbeta is unset; call settings.resolved(n) with the number of samples first"
     )
-  # Non-float leaves (integer step counters, boolean masks) are held fixed at w*: the chain moves
-  # the float leaves only, and the loss sees the whole tree.
-  full_loss, full_star = loss_fn, params_star
-  params_star, fixed = split_fixed(full_star, support)
-  float_leaves = [i for i, a in enumerate(jax.tree.leaves(full_star)) if is_float_leaf(a)]
-  # Every float leaf's noise key is its position among the float leaves, whether or not the
-  # support holds some of them fixed, so that a restricted chain draws the same noise.
-  noise_slots = np.array(
-    [k for k, i in enumerate(float_leaves) if support is None or support[i]], np.int32
-  )
-  if param_mask is not None:
-    param_mask = jax.tree.map(
-      lambda m, p, q: None if q is None else m,
-      param_mask,
-      full_star,
-      params_star,
-      is_leaf=lambda x: x is None,
-    )
-  loss_fn = lambda w, batch: full_loss(join_fixed(w, fixed), batch)  # noqa: E731
   sampler = data if is_sampler(data) else None
-  n = None if sampler is not None else jax.tree.leaves(data)[0].shape[0]
   if star_losses is not None and sampler is not None:
     raise ValueError("star_losses needs array data (a sampler's batches are not indexed samples)")
-  mask = jax.tree.map(jnp.ones_like, params_star) if param_mask is None else param_mask
+  full_loss, full_star = loss_fn, params_star
+  params_star, fixed, mask, noise_slots = _sampled_part(full_star, param_mask, support)
+  loss_fn = lambda w, batch: full_loss(join_fixed(w, fixed), batch)  # noqa: E731
+  potential = functools.partial(
+    potential_and_grad, loss_fn, w_star=params_star, mask=mask, nbeta=s.nbeta,
+    localization=s.localization,
+  )  # fmt: skip
   eps = s.step_size
-
-  def potential_and_grad(w, batch):
-    """``U = nβ·L_B + (γ/2)‖w − w*‖²``, ``L_B``, and the masked gradients of ``U`` and of
-    ``L_B``."""
-    loss, loss_grad = jax.value_and_grad(loss_fn)(w, batch)
-    diff = jax.tree.map(lambda a, b: a - b, w, params_star)
-    value = s.nbeta * loss + 0.5 * s.localization * _tree_dot(diff, diff)
-    loss_grad = jax.tree.map(lambda g, m: g * m, loss_grad, mask)
-    grad_u = jax.tree.map(
-      lambda g, d, m: s.nbeta * g + s.localization * d * m, loss_grad, diff, mask
-    )
-    return value, loss, grad_u, loss_grad
-
-  def log_q(w_to, w_from, grad_from, precond):
-    # log N(w_to; w_from − (ε/2) G ∇U(w_from), ε G), up to a constant that cancels in the ratio.
-    mean = jax.tree.map(lambda w, g, p: w - 0.5 * eps * p * g, w_from, grad_from, precond)
-    resid = jax.tree.map(lambda a, b, p, m: (a - b) * m / jnp.sqrt(p), w_to, mean, precond, mask)
-    return -_tree_dot(resid, resid) / (2 * eps)
 
   def step(carry, t):
     w, v, acc = carry
     k_batch, k_noise = jax.random.split(jax.random.fold_in(key, t))
-    if sampler is not None:
-      batch = sampler(k_batch)
-    else:
-      idx = jax.random.randint(k_batch, (s.batch_size,), 0, n)
-      batch = jax.tree.map(lambda a: a[idx], data)
-    if not loss_at_star:
-      at_star = {}
-    elif star_losses is None:
-      at_star = {"loss_at_star": full_loss(full_star, batch)}
-    else:
-      at_star = {"loss_at_star": jnp.mean(star_losses[idx])}
-    u_w, loss, grad_u, loss_grad = potential_and_grad(w, batch)
-    if s.rmsprop is None:
-      precond = jax.tree.map(jnp.ones_like, w)
-    else:
-      v = jax.tree.map(lambda v_, g: s.rmsprop * v_ + (1 - s.rmsprop) * g**2, v, loss_grad)
-      precond = jax.tree.map(lambda v_: 1.0 / (jnp.sqrt(v_) + s.rmsprop_eps), v)
-    leaves, treedef = jax.tree.flatten(w)
-    noise_keys = jax.random.split(k_noise, len(float_leaves))[noise_slots]
-    noise = jax.tree.unflatten(
-      treedef, [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(noise_keys, leaves)]
-    )
-    noise = jax.tree.map(lambda z, p, m: jnp.sqrt(eps * p) * z * m, noise, precond, mask)
-    w_new = jax.tree.map(lambda w_, p, g, z: w_ - 0.5 * eps * p * g + z, w, precond, grad_u, noise)
+    batch, idx = _minibatch(data, sampler, k_batch, s.batch_size)
+    u_w, loss, grad_u, loss_grad = potential(w, batch=batch)
+    v, precond = rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
+    w_new, noise = langevin_step(w, grad_u, precond, _normal(k_noise, w, noise_slots), mask, eps)
     drift = jax.tree.map(lambda p, g: 0.5 * eps * p * s.nbeta * g, precond, loss_grad)
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
-    out = {
-      "loss": loss,
-      **at_star,
+    out = {"loss": loss}
+    if loss_at_star:
+      out["loss_at_star"] = (
+        full_loss(full_star, batch) if star_losses is None else jnp.mean(star_losses[idx])
+      )
+    out |= {
       "distance": jnp.sqrt(_tree_dot(diff, diff)),
       "drift_norm": jnp.sqrt(_tree_dot(drift, drift)),
       "noise_norm": jnp.sqrt(_tree_dot(noise, noise)),
@@ -434,17 +458,16 @@ def sample_chain(
     if s.mala:
 
       def acceptance(_):
-        u_new, _, grad_new, _ = potential_and_grad(w_new, batch)
-        log_ratio = (
-          u_w - u_new + log_q(w, w_new, grad_new, precond) - log_q(w_new, w, grad_u, precond)
-        )
-        return jnp.minimum(1.0, jnp.exp(jnp.minimum(log_ratio, 0.0))).astype(jnp.float32)
+        u_new, _, grad_new, _ = potential(w_new, batch=batch)
+        return mala_acceptance(u_w, u_new, w, w_new, grad_u, grad_new, precond, mask, eps)
 
-      if s.mala_every == 1:
-        out["acceptance"] = acceptance(None)
-      else:
-        skipped = lambda _: jnp.full((), jnp.nan, jnp.float32)  # noqa: E731
-        out["acceptance"] = jax.lax.cond(t % s.mala_every == 0, acceptance, skipped, None)
+      skipped = lambda _: jnp.full((), jnp.nan, jnp.float32)  # noqa: E731
+      every = s.mala_every == 1
+      out["acceptance"] = (
+        acceptance(None)
+        if every
+        else jax.lax.cond(t % s.mala_every == 0, acceptance, skipped, None)
+      )
     return (w_new, v, acc), out
 
   v0 = jax.tree.map(jnp.zeros_like, params_star)
@@ -453,6 +476,47 @@ def sample_chain(
   if accumulator is not None:
     traces["accumulated"] = acc
   return traces
+
+
+def _sampled_part(full_star: Params, param_mask: Params | None, support):
+  """``(w*, fixed, mask, noise_slots)``: the float leaves the chain moves (:func:`split_fixed`;
+  non-float leaves, such as integer step counters, and leaves outside ``support`` are held at
+  ``w*``), the rest, the 0/1 mask over the moved leaves, and each moved leaf's noise slot: its
+  position among all float leaves, so that a restricted chain draws the unrestricted one's noise."""
+  params_star, fixed = split_fixed(full_star, support)
+  float_leaves = [i for i, a in enumerate(jax.tree.leaves(full_star)) if is_float_leaf(a)]
+  slots = [k for k, i in enumerate(float_leaves) if support is None or support[i]]
+  if param_mask is None:
+    mask = jax.tree.map(jnp.ones_like, params_star)
+  else:
+    mask = jax.tree.map(
+      lambda m, p, q: None if q is None else m,
+      param_mask,
+      full_star,
+      params_star,
+      is_leaf=lambda x: x is None,
+    )
+  return params_star, fixed, mask, (np.array(slots, np.int32), len(float_leaves))
+
+
+def _minibatch(data, sampler, key: jax.Array, batch_size: int):
+  """``(batch, idx)``: ``batch_size`` samples drawn with replacement from array ``data`` (and their
+  indices), or one batch of ``sampler`` (indices None)."""
+  if sampler is not None:
+    return sampler(key), None
+  idx = jax.random.randint(key, (batch_size,), 0, jax.tree.leaves(data)[0].shape[0])
+  return jax.tree.map(lambda a: a[idx], data), idx
+
+
+def _normal(key: jax.Array, w: Params, noise_slots) -> Params:
+  """Standard normal noise shaped like ``w``, each leaf from its own slot's key
+  (:func:`_sampled_part`)."""
+  slots, num_float = noise_slots
+  leaves, treedef = jax.tree.flatten(w)
+  keys = jax.random.split(key, num_float)[slots]
+  return jax.tree.unflatten(
+    treedef, [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
+  )
 
 
 MAP_MIN_PARAMS = 10_000
@@ -538,27 +602,52 @@ def sample_chains(
   check_params(params_star)
   settings, sampler = resolve_data(settings, data, loss_fn, params_star)
   settings = with_chain_loop(settings, params_star)
-  layout = sharding_lib.leading_axis(settings.num_chains, "chains", shard)
-  groups = 1 if layout is not None else cpu_thread_groups(settings.num_chains, shard)
-  program = _program(
-    loss_fn,
-    dataclasses.replace(settings, num_chains=settings.num_chains // groups),
-    param_mask is not None,
-    accumulator,
-    layout,
-    sampler,
-    star_losses is not None,
-    mask_support(params_star, param_mask),
-  )
   source = None if sampler is not None else data
   keys = chain_keys(key, settings.num_chains)
-  per = settings.num_chains // groups
-  return _in_groups(
-    lambda g: program(
-      params_star, source, keys[g * per : (g + 1) * per], param_mask, accumulator_data, star_losses
+  return over_chains_on_devices(
+    settings.num_chains,
+    lambda layout, per: _program(
+      loss_fn,
+      dataclasses.replace(settings, num_chains=per),
+      param_mask is not None,
+      accumulator,
+      layout,
+      sampler,
+      star_losses is not None,
+      mask_support(params_star, param_mask),
     ),
-    groups,
+    lambda program, part: program(
+      params_star, source, keys[part], param_mask, accumulator_data, star_losses
+    ),
+    shard,
   )
+
+
+def over_chains_on_devices(
+  num_chains: int,
+  build: Callable[[Any, int], Callable],
+  run: Callable[[Callable, slice], Any],
+  shard: bool | None = None,
+  axis: int = 0,
+):
+  """Runs ``num_chains`` chains where they run fastest, the one place that decides it: sharded over
+  the devices when their number divides ``num_chains`` (:func:`mechjax.sharding.leading_axis`),
+  else, on one CPU device, in equal groups called from one thread each (:func:`cpu_thread_groups`).
+
+  Args:
+    num_chains: the chains in all.
+    build: ``build(layout, per) -> program`` for ``per`` chains with the device ``layout`` (None
+      for one device).
+    run: ``run(program, part) -> traces``, the chains ``part`` (a slice of the chain axis, for the
+      callers' keys) through ``program``.
+    shard: as for :func:`sample_chains`.
+    axis: the chain axis of the traces, along which the groups' outputs are joined.
+  """
+  layout = sharding_lib.leading_axis(num_chains, "chains", shard)
+  groups = 1 if layout is not None else cpu_thread_groups(num_chains, shard)
+  per = num_chains // groups
+  program = build(layout, per)
+  return _in_groups(lambda g: run(program, slice(g * per, (g + 1) * per)), groups, axis)
 
 
 def cpu_thread_groups(num: int, shard: bool | None = None) -> int:
@@ -644,31 +733,24 @@ def sample_points(
   settings, sampler = resolve_data(settings, data, loss_fn, point0)
   settings = with_chain_loop(settings, jax.tree.map(lambda a: a[0], params_stack))
   c = settings.num_chains
-  layout = sharding_lib.leading_axis(num_points * c, "chains", shard)
-  groups = 1 if layout is not None else cpu_thread_groups(num_points * c, shard)
-  program = _points_program(
-    loss_fn,
-    settings,
-    param_mask is not None,
-    layout,
-    sampler,
-    star_losses is not None,
-    mask_support(jax.tree.map(lambda a: a[0], params_stack), param_mask),
-  )
   flat_keys = jax.vmap(lambda k: chain_keys(k, c))(keys).reshape(num_points * c, *keys.shape[1:])
   points = jnp.repeat(jnp.arange(num_points), c)
   source = None if sampler is not None else data
-  per = num_points * c // groups
-  traces = _in_groups(
-    lambda g: program(
-      params_stack,
-      source,
-      flat_keys[g * per : (g + 1) * per],
-      points[g * per : (g + 1) * per],
-      param_mask,
-      star_losses,
+  traces = over_chains_on_devices(
+    num_points * c,
+    lambda layout, per: _points_program(
+      loss_fn,
+      settings,
+      param_mask is not None,
+      layout,
+      sampler,
+      star_losses is not None,
+      mask_support(jax.tree.map(lambda a: a[0], params_stack), param_mask),
     ),
-    groups,
+    lambda program, part: program(
+      params_stack, source, flat_keys[part], points[part], param_mask, star_losses
+    ),
+    shard,
   )
   return jax.tree.map(lambda a: a.reshape(num_points, c, *a.shape[1:]), traces)
 

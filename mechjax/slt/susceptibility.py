@@ -29,7 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from mechjax import rng
-from mechjax import sharding as sharding_lib
 from mechjax.slt import sgld
 from mechjax.slt.moments import StreamedMoments
 from mechjax.slt.moments import moments_covariance
@@ -159,19 +158,13 @@ def estimate_susceptibilities(
   probes,
   *,
   key: jax.Array,
+  settings: sgld.SGLDSettings | None = None,
   components: dict[str, Any] | None = None,
-  num_chains: int | None = None,
-  num_draws: int | None = None,
-  num_burnin: int | None = None,
-  step_size: float | None = None,
-  nbeta: float | None = None,
-  localization: float | None = None,
-  batch_size: int | None = None,
   eval_size: int = 1024,
   eval_data: Any = None,
   observable: Callable | None = None,
   observable_data: Any = None,
-  settings: sgld.SGLDSettings | None = None,
+  **overrides: Any,
 ) -> SusceptibilityResult:
   """Per-sample or per-token susceptibilities of model components, with all components sampled at
   once.
@@ -210,56 +203,19 @@ def estimate_susceptibilities(
       susceptibilities are wanted (e.g. a probe-set loss that measures a behaviour), streamed beside
       the loss change. Pass the same function on every call.
     observable_data: the data ``observable`` reads.
-    settings: the SGLD settings (:class:`mechjax.slt.sgld.SGLDSettings`; ``mala`` is not used), or
-      the keywords ``num_chains`` … ``batch_size`` as in :func:`mechjax.slt.llc.estimate_llc`.
+    settings: the SGLD settings (:class:`mechjax.slt.sgld.SGLDSettings`; ``mala`` is not used).
+    **overrides: fields of :class:`~mechjax.slt.sgld.SGLDSettings` replacing those of
+      ``settings``, as in :func:`mechjax.slt.llc.estimate_llc` (``num_chains=8``, ``step_size=…``).
   """
-  s = sgld.settings_from(
-    settings,
-    num_chains=num_chains,
-    num_draws=num_draws,
-    num_burnin=num_burnin,
-    step_size=step_size,
-    nbeta=nbeta,
-    localization=localization,
-    batch_size=batch_size,
-  )
+  s = sgld.settings_from(settings, **overrides)
   sgld.check_params(params)
   s, sampler = sgld.resolve_data(s, data, per_sample_loss, params, per_sample=True)
   s = sgld.with_chain_loop(dataclasses.replace(s, mala=False), params)
   components = {"all": None} if components is None else dict(components)
   if not components:
     raise ValueError("components must name at least one mask")
-  ones = jax.tree.map(jnp.ones_like, params)
-  masks = []
-  for name, mask in components.items():
-    if mask is not None and jax.tree.structure(mask) != jax.tree.structure(params):
-      raise ValueError(
-        f"the mask of component {name!r} must be a pytree with the structure of params"
-      )
-    masks.append(
-      ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params)
-    )
-  # Components whose masks share a support (the leaves they can move) share a branch of the
-  # program, whose backward pass skips what none of those leaves needs (sgld.mask_support).
-  supports = [
-    sgld.mask_support(params, m) or tuple(sgld.is_float_leaf(a) for a in jax.tree.leaves(params))
-    for m in masks
-  ]
-  if sgld.chain_loop(s) == "vmap":  # a branch per component would run every branch: one union
-    supports = [tuple(map(any, zip(*supports)))] * len(supports)
-  distinct = tuple(dict.fromkeys(supports))
-  branch = jnp.asarray([distinct.index(x) for x in supports], jnp.int32)
-  masks = jax.tree.map(lambda *m: jnp.stack(m), *masks)
-  if eval_data is not None:
-    _check_batch("eval_data", eval_data, data if sampler is None else None)
-  elif sampler is not None:
-    eval_data = draw_samples(sampler, rng.fold(key, "eval-subset"), eval_size)
-  elif jax.tree.leaves(data)[0].shape[0] > eval_size:
-    n = jax.tree.leaves(data)[0].shape[0]
-    idx = jax.random.choice(rng.fold(key, "eval-subset"), n, (eval_size,), replace=False)
-    eval_data = jax.tree.map(lambda a: a[idx], data)
-  else:
-    eval_data = data
+  masks, branch, distinct = _component_masks(components, params, s)
+  eval_data = _eval_batch(data, sampler, eval_data, eval_size, key)
   probe_shape = _output_shape(per_sample_loss, params, probes)
   observe_data = {
     "eval": eval_data,
@@ -267,27 +223,20 @@ def estimate_susceptibilities(
     "extra": observable_data,
     "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data)),
   }
-  layout = sharding_lib.leading_axis(s.num_chains, "chains")
-  groups = 1 if layout is not None else sgld.cpu_thread_groups(s.num_chains)
-  program = _components_program(
-    per_sample_loss,
-    dataclasses.replace(s, num_chains=s.num_chains // groups),
-    observable,
-    layout,
-    sampler,
-    distinct,
-  )
-  keys, per = sgld.chain_keys(key, s.num_chains), s.num_chains // groups
+  keys = sgld.chain_keys(key, s.num_chains)
+  source = None if sampler is not None else data
   mom = jax.device_get(
-    sgld._in_groups(
-      lambda g: program(
-        params,
-        None if sampler is not None else data,
-        keys[g * per : (g + 1) * per],
-        (masks, branch),
-        observe_data,
+    sgld.over_chains_on_devices(
+      s.num_chains,
+      lambda layout, per: _components_program(
+        per_sample_loss,
+        dataclasses.replace(s, num_chains=per),
+        observable,
+        layout,
+        sampler,
+        distinct,
       ),
-      groups,
+      lambda program, part: program(params, source, keys[part], (masks, branch), observe_data),
       axis=1,
     )
   )
@@ -317,6 +266,49 @@ def estimate_susceptibilities(
     ),
     chi_per_chain=per_chain,
   )
+
+
+def _component_masks(components: dict, params, s: sgld.SGLDSettings):
+  """``(masks, branch, supports)``: the components' 0/1 masks stacked, each component's branch of
+  the program, and the branches' supports (the leaves they move). Components whose masks share a
+  support share a branch, whose backward pass skips what none of those leaves needs
+  (:func:`mechjax.slt.sgld.mask_support`); vmapped chains would run every branch, so they get
+  one."""
+  ones = jax.tree.map(jnp.ones_like, params)
+  masks = []
+  for name, mask in components.items():
+    if mask is not None and jax.tree.structure(mask) != jax.tree.structure(params):
+      raise ValueError(
+        f"the mask of component {name!r} must be a pytree with the structure of params"
+      )
+    masks.append(
+      ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params)
+    )
+  supports = [
+    sgld.mask_support(params, m) or tuple(sgld.is_float_leaf(a) for a in jax.tree.leaves(params))
+    for m in masks
+  ]
+  if sgld.chain_loop(s) == "vmap":
+    supports = [tuple(map(any, zip(*supports)))] * len(supports)
+  distinct = tuple(dict.fromkeys(supports))
+  branch = jnp.asarray([distinct.index(x) for x in supports], jnp.int32)
+  return jax.tree.map(lambda *m: jnp.stack(m), *masks), branch, distinct
+
+
+def _eval_batch(data, sampler, eval_data, eval_size: int, key: jax.Array):
+  """The fixed batch that defines ``L`` (:func:`estimate_susceptibilities`): ``eval_data`` checked,
+  or ``eval_size`` samples of the sampler or of ``data`` from the key's stream ``"eval-subset"``, or
+  all of ``data`` when it has at most ``eval_size`` samples."""
+  if eval_data is not None:
+    _check_batch("eval_data", eval_data, data if sampler is None else None)
+    return eval_data
+  if sampler is not None:
+    return draw_samples(sampler, rng.fold(key, "eval-subset"), eval_size)
+  n = jax.tree.leaves(data)[0].shape[0]
+  if n <= eval_size:
+    return data
+  idx = jax.random.choice(rng.fold(key, "eval-subset"), n, (eval_size,), replace=False)
+  return jax.tree.map(lambda a: a[idx], data)
 
 
 def _check_batch(name: str, batch, data) -> None:
@@ -489,7 +481,7 @@ def bif(
   *,
   key: jax.Array,
   settings: sgld.SGLDSettings | None = None,
-  **sgld_keywords,
+  **overrides: Any,
 ) -> np.ndarray:
   """The Bayesian influence function ``BIF(q, i) = −Cov(ℓ_q, ℓ_i)`` of training probes ``i`` on
   query samples ``q`` over the localized posterior.
@@ -504,14 +496,14 @@ def bif(
     queries: the query samples ``q`` (a batch in ``data``'s format).
     train_probes: the training probes ``i`` (a batch in ``data``'s format).
     key: the sampler's PRNG key.
-    settings: an :class:`~mechjax.slt.sgld.SGLDSettings`; or give its fields as keywords
-      (``step_size``, ``nbeta``, ``localization``, ``batch_size``, chains and draws), as
-      :func:`estimate_susceptibilities` takes them.
+    settings: an :class:`~mechjax.slt.sgld.SGLDSettings`.
+    **overrides: fields of :class:`~mechjax.slt.sgld.SGLDSettings` replacing those of
+      ``settings``, as in :func:`mechjax.slt.llc.estimate_llc`.
 
   Returns:
     ``(Q, I)`` NumPy array.
   """
-  s = sgld.settings_from(settings, **sgld_keywords)
+  s = sgld.settings_from(settings, **overrides)
   s = dataclasses.replace(s, mala=False)
   accumulator = StreamedMoments(_BifObserve(per_sample_loss), start=s.num_burnin)
   traces = sgld.sample_chains(

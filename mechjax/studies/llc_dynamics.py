@@ -253,7 +253,8 @@ def estimate_checkpoints(
         stack,
         data,
         key=keys,
-        settings=dataclasses.replace(cfg.sgld, localization=float(gamma)),
+        settings=cfg.sgld,
+        localization=float(gamma),
       )
       for gamma in cfg.localizations
     }

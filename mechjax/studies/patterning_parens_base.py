@@ -5,8 +5,6 @@ each seed learned."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -288,7 +286,8 @@ def reference_solutions(
         params,
         train_j,
         key=rng.key(cfg.run.seed, "reference-llc"),
-        settings=dataclasses.replace(cfg.sgld, num_draws=cfg.llc_draws),
+        settings=cfg.sgld,
+        num_draws=cfg.llc_draws,
       )
       out[algorithm]["llc_mean"] = est.llc_mean
       out[algorithm]["llc_sd_over_chains"] = float(np.std(est.llc_per_chain))
