@@ -60,6 +60,10 @@ def test_quickstart_is_two_commands_with_few_numbers(readme):
   commands = [s for s in blocks[0].splitlines()[1:-1] if s.strip() and not s.startswith("#")]
   assert len(commands) == 2, commands
   assert "python -m experiments." in commands[0] and "pytest" in commands[1]
+  # .ci/run runs the README's test command, with `python3` for `python`.
+  test_command = commands[1].split("&&")[-1].strip().replace("python -m", "python3 -m", 1)
+  ci = [line.split("#")[0].strip() for line in _read(".ci/run").splitlines()]
+  assert test_command in ci, (test_command, [line for line in ci if "pytest" in line])
   numbers = re.findall(r"\d+(?:[.,]\d+)*", FENCE.sub("", quick))
   assert len(numbers) <= 3, numbers
   assert "report.html" in quick
