@@ -163,7 +163,10 @@ def _write(path: str, obj: Any) -> None:
 def finish(workdir: str, outputs: Outputs, report_lines: Callable | None = None) -> dict:
   """Writes the figures, the extra files, ``report.html`` (:mod:`mechjax.report`; led by
   ``report_lines(summary)``, the study's results) and ``summary.json`` (last), on the writer
-  process; returns the summary (with ``"figures"`` on the writer)."""
+  process; returns the summary (with ``"figures"`` on the writer) in its JSON form, as a rerun reads
+  it back from ``summary.json``: arrays and NumPy numbers as lists and Python numbers, tuples as
+  lists, keys as strings, non-finite floats as None. So a caller gets the same summary from a first
+  run as from a finished one."""
   summary = dict(outputs.summary)
   if metrics_lib.is_writer():
     if outputs.figures is not None:
@@ -175,7 +178,7 @@ def finish(workdir: str, outputs: Outputs, report_lines: Callable | None = None)
     lines = [] if report_lines is None else report_lines(summary)
     report.write_run_report(workdir, summary, lines=lines, captions=outputs.captions)
     metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
-  return summary
+  return json.loads(json.dumps(metrics_lib.to_jsonable(summary)))
 
 
 def study(body: Callable[[Any, Context], Outputs]):

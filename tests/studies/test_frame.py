@@ -59,6 +59,24 @@ def test_python_call_writes_config_and_refuses_a_mismatched_resume(tmp_path):
   assert CALLS == ["stage", "stage"]
 
 
+@frame.study
+def numpy_study(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """A study whose summary holds what a study's analysis returns: NumPy numbers and arrays, a tuple,
+  an integer key and a NaN."""
+  import numpy as np
+
+  return frame.Outputs(
+    {"x": np.arange(2.0) * cfg.scale, "n": np.int64(3), "t": (1, 2), 4: float("nan")}
+  )
+
+
+def test_a_first_run_returns_the_summary_a_rerun_reads_back(tmp_path):
+  first = numpy_study(Config(), tmp_path, progress=False)
+  assert first == {"x": [0.0, 2.0], "n": 3, "t": [1, 2], "4": None}
+  assert type(first["n"]) is int
+  assert numpy_study(Config(), tmp_path, progress=False) == first
+
+
 def test_a_non_config_or_a_foreign_folder_is_refused(tmp_path):
   with pytest.raises(TypeError, match="the study's Config"):
     run({"scale": 2.0}, tmp_path)
