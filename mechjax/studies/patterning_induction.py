@@ -85,6 +85,15 @@ class Config(config.Settings):
     "Fraction of training sequences that repeat (both kinds are probed).",
     check=config.within(0, 1),
   )
+  conditions: tuple[str, ...] = config.setting(
+    CONDITIONS,
+    "Training conditions: unweighted (the baseline, required: chi is measured on it), promote and "
+    "suppress (along the induction direction of chi), random (a control of the same size).",
+    choices=CONDITIONS,
+    check=config.all_of(
+      config.distinct, lambda v: None if "unweighted" in v else "must include unweighted"
+    ),
+  )
   d_model: int = config.setting(64, "Transformer width.", check=config.at_least(1))
   num_layers: int = config.setting(2, "Attention-only layers.", check=config.at_least(1))
   num_heads: int = config.setting(
@@ -382,18 +391,19 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   direction = induction_direction(cfg, chi_data["chi"], chi_data["groups"])
   dists = reweightings(cfg, direction["direction"])
   base = base_distribution(cfg)
-  for c in CONDITIONS[1:]:
+  others = [c for c in cfg.conditions if c != "unweighted"]
+  for c in others:
     histories[c] = _train(
       cfg, model, (dists[c] / base).reshape(2, cfg.length - 1), c, ctx, cfg.run.steps
     ).history
   threshold = cfg.formation_fraction * float(np.log(cfg.vocab))
   formation = {}
-  for c in CONDITIONS:
+  for c in cfg.conditions:
     steps = np.array([h["step"] for h in histories[c]], float)
     loss = np.array([h["repeat_loss"] for h in histories[c]], float)
     formation[c] = [formation_step(steps, loss[:, s], threshold) for s in range(cfg.run.num_seeds)]
   shifts = {}
-  for c in CONDITIONS[1:]:
+  for c in others:
     pairs = [
       (a, b)
       for a, b in zip(formation[c], formation["unweighted"])
@@ -418,11 +428,11 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "component_correlations": direction["correlations"].tolist(),
     "explained_variance": direction["explained_variance"].tolist(),
     "head_loadings": dict(zip(chi_data["heads"].tolist(), direction["head_loadings"].tolist())),
-    "group_distributions": {c: dists[c].tolist() for c in CONDITIONS},
-    "total_variation": {c: float(0.5 * np.abs(dists[c] - base).sum()) for c in CONDITIONS},
+    "group_distributions": {c: dists[c].tolist() for c in cfg.conditions},
+    "total_variation": {c: float(0.5 * np.abs(dists[c] - base).sum()) for c in cfg.conditions},
     "induction_weight": {
       c: float(dists[c][cfg.length - 1 + np.nonzero(repeats.induction_mask(cfg.length))[0]].sum())
-      for c in CONDITIONS
+      for c in cfg.conditions
     },
     "formation_step": formation,
     "formation_shift_vs_unweighted": shifts,
@@ -431,7 +441,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         k: np.asarray(histories[c][-1][k], float).tolist()
         for k in ("repeat_loss", "random_loss", "prefix_matching")
       }
-      for c in CONDITIONS
+      for c in cfg.conditions
     },
     "seconds": time.perf_counter() - t_start,
   }
@@ -535,7 +545,7 @@ def plot_formation(
   plt = plotting.plt
   fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
   colors = {"unweighted": "gray", "promote": "C2", "suppress": "C3", "random": "C0"}
-  for c in CONDITIONS:
+  for c in cfg.conditions:
     steps = np.array([h["step"] for h in histories[c]])
     for ax, key in zip(axes, ("repeat_loss", "prefix_matching")):
       y = np.array([h[key] for h in histories[c]], float)

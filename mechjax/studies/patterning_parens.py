@@ -57,17 +57,17 @@ from mechjax.studies import patterning_parens_probe as probe_design
 from mechjax.studies.patterning_parens_base import OUTCOMES  # noqa: F401 (the study's names)
 from mechjax.studies.patterning_parens_base import Model
 from mechjax.studies.patterning_parens_base import NotASolution
-from mechjax.studies.patterning_parens_base import _refs_summary
-from mechjax.studies.patterning_parens_base import _train
-from mechjax.studies.patterning_parens_base import _wilcoxon
 from mechjax.studies.patterning_parens_base import fisher_p
 from mechjax.studies.patterning_parens_base import groups
 from mechjax.studies.patterning_parens_base import make_data
 from mechjax.studies.patterning_parens_base import make_evaluate  # noqa: F401
 from mechjax.studies.patterning_parens_base import optimizer  # noqa: F401
+from mechjax.studies.patterning_parens_base import paired_wilcoxon_p
 from mechjax.studies.patterning_parens_base import reference_solutions
+from mechjax.studies.patterning_parens_base import refs_summary
 from mechjax.studies.patterning_parens_base import seed_outcomes
 from mechjax.studies.patterning_parens_base import train_condition
+from mechjax.studies.patterning_parens_base import train_weighted
 from mechjax.train.loop import StudyStopped
 
 NAME = "patterning_parens"
@@ -387,7 +387,7 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         "llc_sd_over_chains": float(np.std(pat["measured_llc_per_chain"][a]["unweighted"])),
         "llc_from_susceptibility_run": pat["responses"][a]["llc"],
       }
-      for a, r in _refs_summary(refs).items()
+      for a, r in refs_summary(refs).items()
     },
     "llc_response_parts": {
       a: {
@@ -410,7 +410,7 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     },
     # The seeds are paired (the same keys in every condition): Wilcoxon signed-rank on counts rates.
     "wilcoxon_p_vs_unweighted": {
-      c: _wilcoxon(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
+      c: paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
       for c in llc_design.REWEIGHTINGS
     },
     "seconds": {
@@ -458,7 +458,7 @@ def _run_probe(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   ids, _ = groups(data["train"]["tokens"])
   for algorithm in parens.ALGORITHMS:
     weights = patterning.sample_weights(pat["targets"][algorithm]["group_distribution"], ids)
-    histories[f"toward_{algorithm}"] = _train(
+    histories[f"toward_{algorithm}"] = train_weighted(
       cfg,
       model,
       data,
@@ -473,14 +473,14 @@ def _run_probe(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "design": "probe",
     "nbeta": cfg.nbeta,
     "chi_step": cfg.chi_step,
-    "reference_solutions": _refs_summary(refs),
+    "reference_solutions": refs_summary(refs),
     "patterning": {
       k: pat[k] for k in ("llc_at_w_star", "posterior_mean_phi", "targets", "seconds")
     },
     "conditions": outcomes,
     # Paired by seed (the same keys in every condition): Wilcoxon signed-rank on the counts rates.
     "wilcoxon_p_vs_unweighted": {
-      c: _wilcoxon(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
+      c: paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
       for c in PROBE_CONDITIONS[1:]
     },
     "seconds": {"references": t_refs, "total": time.perf_counter() - t_start},

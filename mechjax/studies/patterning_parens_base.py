@@ -166,9 +166,12 @@ def optimizer(cfg) -> optax.GradientTransformation:
   return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
 
 
-def _train(
+def train_weighted(
   cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every, train_like=None, steps=None
 ):
+  """Trains run ``run`` of ``num_seeds`` seeds on ``data["train"]`` with the per-sample loss
+  weighted by ``weights`` (:func:`mechjax.slt.patterning.weighted_problem`; ``train_like`` gives the
+  samples' format when they differ), evaluated on the held-out splits."""
   evaluate = make_evaluate(model, data)
   train_like = data["train"] if train_like is None else train_like
   problem = patterning.weighted_problem(
@@ -193,7 +196,7 @@ def _train(
 def train_condition(cfg, model, data, weights, run, ctx):
   """``num_seeds`` seeds from scratch on the training strings sampled with ``weights``; the seeds
   are the same keys in every condition (paired)."""
-  return _train(
+  return train_weighted(
     cfg,
     model,
     data,
@@ -238,7 +241,7 @@ def reference_solutions(
     }
     accuracy_at = {}
     for steps in (first, limit) if require_solutions and limit > first else (first,):
-      result = _train(
+      result = train_weighted(
         cfg,
         model,
         data,
@@ -319,11 +322,14 @@ def fisher_p(condition: dict, unweighted: dict, algorithm: str) -> float:
   return float(scipy.stats.fisher_exact([[a, n - a], [b, m - b]]).pvalue)
 
 
-def _refs_summary(refs: dict) -> dict:
+def refs_summary(refs: dict) -> dict:
+  """The reference solutions' numbers for summary.json: everything but their params."""
   return {a: {k: v for k, v in r.items() if k != "params"} for a, r in refs.items()}
 
 
-def _wilcoxon(a, b) -> float | None:
+def paired_wilcoxon_p(a, b) -> float | None:
+  """The Wilcoxon signed-rank p-value of paired samples ``a`` and ``b``; None when there are fewer
+  than two pairs or no pair differs (the test is undefined)."""
   d = np.asarray(a) - np.asarray(b)
   if d.size < 2 or np.all(d == 0):
     return None

@@ -357,8 +357,7 @@ TINY_INDUCTION = dict(
 def test_induction_study_end_to_end_and_resume_reuses_the_susceptibilities(tmp_path, monkeypatch):
   # Two of the four conditions (each condition is one more compiled training program; the suite's
   # budget).
-  monkeypatch.setattr(ind, "CONDITIONS", ("unweighted", "promote"))
-  cfg = ind.Config().replace(**TINY_INDUCTION)
+  cfg = ind.Config().replace(**TINY_INDUCTION, conditions=("unweighted", "promote"))
   summary = ind.run(cfg, str(tmp_path), progress=False)
   assert set(summary["formation_step"]) == {"unweighted", "promote"}
   assert all(len(v) == 2 for v in summary["formation_step"].values())
@@ -384,3 +383,13 @@ def test_cpu_cores_as_devices_changes_nothing_once_jax_has_started():
   before = jax.devices()
   assert shared.cpu_cores_as_devices() is False
   assert jax.devices() == before
+
+
+def test_induction_conditions_are_a_setting_that_needs_the_baseline():
+  from mechjax import config as config_lib
+
+  assert ind.Config().conditions == ind.CONDITIONS
+  with pytest.raises(config_lib.ConfigError, match="conditions.*must include unweighted"):
+    ind.Config().replace(conditions=("promote", "random"))
+  with pytest.raises(config_lib.ConfigError, match="conditions"):
+    ind.Config().replace(conditions=("unweighted", "sideways"))
