@@ -46,9 +46,9 @@ import numpy as np
 from absl import flags
 
 from mechjax import plotting
-from mechjax.studies import sample_complexity as sc
 from mechjax.train import flags as shared
 from mechjax.train import metrics as metrics_lib
+from mechjax.train import weak_recovery as sc
 
 flags.DEFINE_list("dims", ["16", "24", "32", "48", "64"], "Input dimensions N of the grid.")
 flags.DEFINE_integer("num_seeds", 16, "Independent neurons per spike and N.")

@@ -27,12 +27,14 @@ does, around the body:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
 import sys
-from typing import Any, Callable
+import time
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -55,6 +57,7 @@ class Context:
   progress: bool = True
   run: config_lib.RunSettings | None = None  # the study's ``cfg.run``
   tensorboard: bool = False  # also write TensorBoard event files (``--tensorboard``)
+  seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # summary["seconds"]
   _plan: progress_lib.Plan | None = dataclasses.field(default=None, init=False, repr=False)
 
   def plan(self, total: int, noun: str = "run") -> None:
@@ -80,22 +83,29 @@ class Context:
       progress=self.progress,
       tensorboard=self.tensorboard,
     )
-    if self._plan is None:
-      return loop.train(
-        problem, optimizer, workdir=self.workdir, run=name, **{**kwargs, **overrides}
-      )
-    self._plan.begin()
+    if self._plan is not None:
+      kwargs["plan"] = self._plan
+      self._plan.begin()
     try:
-      return loop.train(
-        problem,
-        optimizer,
-        workdir=self.workdir,
-        run=name,
-        plan=self._plan,
-        **{**kwargs, **overrides},
-      )
+      with self.timed(f"train {name}"):
+        return loop.train(
+          problem, optimizer, workdir=self.workdir, run=name, **{**kwargs, **overrides}
+        )
     finally:
-      self._plan.end()
+      if self._plan is not None:
+        self._plan.end()
+
+  @contextlib.contextmanager
+  def timed(self, name: str):
+    """Adds the wall-clock seconds of the ``with`` block to ``summary["seconds"][name]``.
+    :meth:`train` (as ``"train <run>"``) and the stages (by name) time themselves; the frame adds
+    ``"total"``. These are the seconds of this process: a stage or a training that an earlier
+    process finished counts what it took to load."""
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
   def path(self, name: str) -> str:
     return os.path.join(self.workdir, name)
@@ -117,15 +127,48 @@ class Context:
     if fmt not in FORMATS:
       raise ValueError(f"fmt must be one of {FORMATS}; got {fmt!r}")
     path = self.path(f"{name}.{fmt}")
-    if os.path.exists(path):
-      if fmt == "npz":
-        with np.load(path) as f:
-          return dict(f)
-      with open(path) as f:
-        return json.load(f)
-    result = compute()
-    _write(path, result)
-    return result
+    with self.timed(name):
+      if os.path.exists(path):
+        if fmt == "npz":
+          with np.load(path) as f:
+            return dict(f)
+        with open(path) as f:
+          return json.load(f)
+      result = compute()
+      _write(path, result)
+      return result
+
+  def rows(
+    self,
+    name: str,
+    items: Sequence[Hashable],
+    compute: Callable[[list], dict[Any, list[dict]]],
+    chunk: int = 1,
+  ) -> dict[Any, list[dict]]:
+    """An incremental stage: ``{item: rows}`` for every item in ``items`` (JSON numbers or
+    strings, a checkpoint's step, say), kept in ``<workdir>/<name>.jsonl`` one line per item,
+    ``{"item": item, "rows": [...]}``.
+
+    Items already in the file are read back; the others are computed ``chunk`` at a time,
+    ``compute(list_of_items) -> {item: rows}``, and each chunk's lines are appended before the next
+    starts. So an interrupted analysis resumes after its last finished chunk, and a line torn by a
+    kill is computed again. Every process computes; only the writer appends.
+    """
+    path = self.path(f"{name}.jsonl")
+    with self.timed(name):
+      done = {r["item"]: r["rows"] for r in metrics_lib.read_jsonl(path) if "item" in r}
+      todo = [i for i in items if i not in done]
+      for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
+        new = compute(part)
+        if sorted(map(str, new)) != sorted(map(str, part)):
+          raise ValueError(f"stage {name!r}: compute({part}) returned rows for {list(new)}")
+        lines = [metrics_lib.to_jsonable({"item": i, "rows": new[i]}) for i in part]
+        if metrics_lib.is_writer():
+          with open(path, "a") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines)
+        done.update((line["item"], line["rows"]) for line in lines)
+      return {i: done[i] for i in items}
 
 
 @dataclasses.dataclass
@@ -160,14 +203,23 @@ def _write(path: str, obj: Any) -> None:
       f.write(obj if obj.endswith("\n") else obj + "\n")
 
 
-def finish(workdir: str, outputs: Outputs, report_lines: Callable | None = None) -> dict:
+def finish(
+  workdir: str,
+  outputs: Outputs,
+  report_lines: Callable | None = None,
+  seconds: dict[str, float] | None = None,
+) -> dict:
   """Writes the figures, the extra files, ``report.html`` (:mod:`mechjax.report`; led by
   ``report_lines(summary)``, the study's results) and ``summary.json`` (last), on the writer
   process; returns the summary (with ``"figures"`` on the writer) in its JSON form, as a rerun reads
   it back from ``summary.json``: arrays and NumPy numbers as lists and Python numbers, tuples as
   lists, keys as strings, non-finite floats as None. So a caller gets the same summary from a first
-  run as from a finished one."""
+  run as from a finished one. ``seconds`` (:meth:`Context.timed`) becomes ``summary["seconds"]``."""
   summary = dict(outputs.summary)
+  if seconds is not None:
+    if "seconds" in summary:
+      raise ValueError('summary["seconds"] is the frame\'s; time a part with ctx.timed(name)')
+    summary["seconds"] = seconds
   if metrics_lib.is_writer():
     if outputs.figures is not None:
       folder = os.path.join(workdir, "figures")
@@ -215,7 +267,9 @@ def study(body: Callable[[Any, Context], Outputs]):
       with open(os.path.join(workdir, "summary.json")) as f:
         return json.load(f)
     ctx = Context(workdir, progress, getattr(cfg, "run", None), tensorboard)
-    return finish(workdir, body(cfg, ctx), getattr(module, "report", None))
+    with ctx.timed("total"):
+      outputs = body(cfg, ctx)
+    return finish(workdir, outputs, getattr(module, "report", None), ctx.seconds)
 
   run.__doc__ = (body.__doc__ or "") + (
     "\n\n  Called as ``run(cfg, workdir, *, overwrite=False, progress=True, tensorboard=False) -> "

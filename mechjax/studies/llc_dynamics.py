@@ -22,15 +22,14 @@ At every checkpoint the LLC is estimated with ``num_chains`` vmapped SGLD chains
   value a local minimum with that rank would have; whether an estimate approaches it depends on
   ``γ``, which is why the study runs more than one ``γ``.
 
-Outputs in the workdir: ``metrics.jsonl`` (training), ``llc.jsonl`` (one line per checkpoint, seed
-and ``γ``; an interrupted run resumes after the last complete checkpoint), ``summary.json`` and
-``figures/llc_dynamics.png``.
+Outputs in the workdir: ``metrics.jsonl`` (training), ``llc.jsonl`` (one line per checkpoint,
+holding a row per seed and ``γ``; an interrupted run resumes after the last complete checkpoint),
+``summary.json`` and ``figures/llc_dynamics.png``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 
@@ -214,81 +213,69 @@ def closed_form_llcs(cfg: Config) -> list[float]:
 def estimate_checkpoints(
   cfg: Config, ctx: frame.Context, data: dict, trained: loop.TrainResult
 ) -> list[dict]:
-  """The LLC at every saved checkpoint, for every seed and localization; appends to ``llc.jsonl``.
+  """The LLC at every saved checkpoint, for every seed and localization: the incremental stage
+  ``llc.jsonl`` (:meth:`~mechjax.studies.frame.Context.rows`, one line per checkpoint), so an
+  interrupted analysis keeps its finished checkpoints.
 
-  Rows of checkpoints already in ``llc.jsonl`` are kept and not recomputed. The checkpoints are
-  taken ``checkpoints_per_call`` at a time: their points (checkpoints × seeds) are sampled in one
-  program per localization (:func:`mechjax.slt.llc.estimate_llc_batch`; a short last group is
-  padded with copies of its last checkpoint, so every group runs the same program), and the
-  group's rows are appended before the next starts. Every estimate uses the same key per seed, so
-  neighbouring checkpoints share their random numbers and their difference is less noisy.
+  The checkpoints are taken ``checkpoints_per_call`` at a time: their points (checkpoints × seeds)
+  are sampled in one program per localization (:func:`mechjax.slt.llc.estimate_llc_batch`; a short
+  last group is padded with copies of its last checkpoint, so every group runs the same program).
+  Every estimate uses the same key per seed, so neighbouring checkpoints share their random numbers
+  and their difference is less noisy.
   """
-  path = ctx.path("llc.jsonl")
-  rows = metrics_lib.read_jsonl(path)
-  expected = cfg.run.num_seeds * len(cfg.localizations)
-  done = {s for s in {r["step"] for r in rows} if sum(r["step"] == s for r in rows) == expected}
-  rows = [r for r in rows if r["step"] in done]  # a torn checkpoint (killed mid-way) is redone
-  if metrics_lib.is_writer():
-    with open(path, "w") as f:
-      f.writelines(json.dumps(r) + "\n" for r in rows)
   params_by_step = trained.params_at()
   steps = sorted(params_by_step)
-  pending = [s for s in steps if s not in done]
   seeds = list(range(cfg.run.num_seeds))
   seed_keys = jnp.stack([rng.key(cfg.run.seed, "llc", seed) for seed in seeds])
-  size = min(cfg.checkpoints_per_call, len(steps))  # a resumed run groups as the first did
-  for start in range(0, len(pending), size):
+  size = min(cfg.checkpoints_per_call, len(steps))
+
+  def compute(group: list[int]) -> dict[int, list[dict]]:
     t0 = time.perf_counter()
-    group = pending[start : start + size]
     padded = group + [group[-1]] * (size - len(group))
     # Points are (checkpoint, seed), checkpoint-major; params_by_step[step] has the seed axis first.
     stack = jax.tree.map(lambda *a: jnp.concatenate(a), *[params_by_step[s] for s in padded])
     keys = jnp.concatenate([seed_keys] * len(padded))
-    loss_at = np.asarray(jax.vmap(half_mse, in_axes=(0, None))(stack, data))
+    loss_at = jax.vmap(half_mse, in_axes=(0, None))(stack, data)
     products = jax.vmap(lambda p: forward(p, jnp.eye(cfg.widths[0])))(stack)
-    modes = np.asarray(jax.vmap(lambda m: learned_modes(m, cfg.singular_values))(products))
+    modes = jax.vmap(lambda m: learned_modes(m, cfg.singular_values))(products)
     by_gamma = {
       gamma: llc_lib.estimate_llc_batch(
-        half_mse,
-        stack,
-        data,
-        key=keys,
-        settings=cfg.sgld,
-        localization=float(gamma),
+        half_mse, stack, data, key=keys, settings=cfg.sgld, localization=float(gamma)
       )
       for gamma in cfg.localizations
     }
-    new = []
+    new = {step: [] for step in group}
     for i, step in enumerate(group):
       for seed in seeds:
         b = i * len(seeds) + seed
         for gamma, res in by_gamma.items():
-          new.append(
-            {
-              "step": int(step),
-              "seed": seed,
-              "localization": float(gamma),
-              "llc_mean": float(res.llc_mean[b]),
-              "llc_std": float(res.llc_std[b]),
-              "llc_per_chain": res.llc_per_chain[b].tolist(),
-              "loss": float(loss_at[b]),
-              "learned_modes": int(modes[b]),
-              "fraction_below_init_loss": float(res.diagnostics["fraction_below_init_loss"][b]),
-              "mala_acceptance": float(res.diagnostics["mala_acceptance"][b]),
-              "distance_mean": float(res.diagnostics["distance_mean"][b]),
-            }
+          d = res.diagnostics
+          new[step].append(
+            metrics_lib.to_jsonable(
+              {
+                "step": step,
+                "seed": seed,
+                "localization": float(gamma),
+                "llc_mean": res.llc_mean[b],
+                "llc_std": res.llc_std[b],
+                "llc_per_chain": res.llc_per_chain[b],
+                "loss": loss_at[b],
+                "learned_modes": modes[b],
+                **{k: d[k][b] for k in ("fraction_below_init_loss", "mala_acceptance")},
+                "distance_mean": d["distance_mean"][b],
+              }
+            )
           )
-    if metrics_lib.is_writer():
-      with open(path, "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in new)
-    rows.extend(new)
-    last = [r for r in new if r["seed"] == 0 and r["step"] == group[-1]]
+    last = new[group[-1]][: len(cfg.localizations)]  # seed 0's rows come first
     text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in last)
     ctx.log(
-      f"[llc] checkpoints {group[0]}-{group[-1]} ({start + len(group)}/{len(pending)} to do) × "
-      f"{len(seeds)} seeds in one program per γ; at {group[-1]}, seed 0: {text}  "
-      f"({time.perf_counter() - t0:.1f} s)"
+      f"[llc] checkpoints {group[0]}-{group[-1]} × {len(seeds)} seeds in one program per γ; at "
+      f"{group[-1]}, seed 0: {text}  ({time.perf_counter() - t0:.1f} s)"
     )
+    return new
+
+  by_step = ctx.rows("llc", steps, compute, chunk=size)
+  rows = [r for step in steps for r in by_step[step]]
   return sorted(rows, key=lambda r: (r["step"], r["seed"], r["localization"]))
 
 
@@ -427,7 +414,6 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains (resuming), estimates the LLC at every checkpoint (resuming), writes summary.json and
   the figure."""
   data = make_data(cfg)
-  t0 = time.perf_counter()
   result = ctx.train(
     RUN,
     make_problem(cfg, data),
@@ -438,11 +424,8 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       f"{np.asarray(row['learned_modes']).tolist()}"
     ),
   )
-  t_train = time.perf_counter() - t0
   rows = estimate_checkpoints(cfg, ctx, data, result)
-  t_llc = time.perf_counter() - t0 - t_train
   summary = summarize(cfg, result.history, rows)
-  summary["seconds"] = {"train": t_train, "llc": t_llc}
   return frame.Outputs(
     summary,
     figures=lambda folder: [

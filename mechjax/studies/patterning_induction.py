@@ -376,7 +376,6 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains unweighted, estimates χ at ``chi_step`` (cached in ``susceptibility.npz``), re-weights
   along the induction direction and at random, retrains, and compares formation steps seed by
   seed."""
-  t_start = time.perf_counter()
   model = Model(cfg)
   unweighted = _train(
     cfg, model, np.ones((2, cfg.length - 1)), "unweighted", ctx, cfg.run.checkpoint_every
@@ -384,8 +383,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   histories = {"unweighted": unweighted.history}
 
   def susceptibility_stage():
-    w_star = jax.tree.map(lambda a: a[0], unweighted.params_at([cfg.chi_step])[cfg.chi_step])
-    return susceptibilities(cfg, model, w_star)
+    return susceptibilities(cfg, model, unweighted.params_of(0, cfg.chi_step))
 
   chi_data = ctx.stage("susceptibility", susceptibility_stage, fmt="npz")
   direction = induction_direction(cfg, chi_data["chi"], chi_data["groups"])
@@ -443,7 +441,6 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       }
       for c in cfg.conditions
     },
-    "seconds": time.perf_counter() - t_start,
   }
   return frame.Outputs(
     summary,

@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 
-import jax
 import numpy as np
 
 from mechjax import config
@@ -316,7 +314,6 @@ def solved_share(cfg: Config, model: Model, sweep: list[dict], ctx: frame.Contex
 
 
 def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-  t_start = time.perf_counter()
   model = Model(cfg)
   sweep, sweep_histories = base_rate_sweep(cfg, model, ctx)
   fraction, chosen_by, in_range, data, refs, passed_over = solved_share(cfg, model, sweep, ctx)
@@ -330,7 +327,6 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     histories["unweighted"] = train_condition(
       cfg, model, data, np.ones(cfg.n), "unweighted", ctx
     ).history
-  t_sweep = time.perf_counter() - t_start
   ids, names = groups(data["train"]["tokens"])
   num_groups = len(names)
   base = np.bincount(ids, minlength=num_groups) / len(ids)
@@ -361,9 +357,7 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       "comparison": llc_design.compare(reweightings, measured),
     }
 
-  t0 = time.perf_counter()
   pat = ctx.stage("patterning", analysis)
-  t_analysis = time.perf_counter() - t0
   for name in llc_design.REWEIGHTINGS:
     weights = patterning.sample_weights(pat["reweightings"][name]["group_distribution"], ids)
     histories[name] = train_condition(cfg, model, data, weights, name, ctx).history
@@ -413,11 +407,6 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       c: paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
       for c in llc_design.REWEIGHTINGS
     },
-    "seconds": {
-      "sweep": t_sweep,
-      "analysis": t_analysis,
-      "total": time.perf_counter() - t_start,
-    },
   }
   return frame.Outputs(
     summary,
@@ -442,16 +431,15 @@ def _run_llc(cfg: Config, ctx: frame.Context) -> frame.Outputs:
 
 
 def _run_probe(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-  t_start = time.perf_counter()
   model = Model(cfg)
   data = make_data(cfg, cfg.neg_prefix_fraction)
-  refs = reference_solutions(cfg, model, data, ctx, estimate_llcs=True)
-  t_refs = time.perf_counter() - t_start
+  with ctx.timed("references"):
+    refs = reference_solutions(cfg, model, data, ctx, estimate_llcs=True)
   unweighted = train_condition(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
   histories = {"unweighted": unweighted.history}
 
   def patterning_stage():
-    w_star = jax.tree.map(lambda a: a[0], unweighted.params_at([cfg.chi_step])[cfg.chi_step])
+    w_star = unweighted.params_of(0, cfg.chi_step)
     return probe_design.compute_patterning(cfg, model, data, w_star, refs, groups)
 
   pat = ctx.stage("patterning", patterning_stage)
@@ -483,7 +471,6 @@ def _run_probe(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       c: paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
       for c in PROBE_CONDITIONS[1:]
     },
-    "seconds": {"references": t_refs, "total": time.perf_counter() - t_start},
   }
   return frame.Outputs(
     summary,

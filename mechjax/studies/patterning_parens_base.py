@@ -253,7 +253,7 @@ def reference_solutions(
         train_like=forced,
         steps=steps,
       )
-      params = jax.tree.map(lambda a: a[0], result.state["params"])
+      params = result.params_of(0)
       steps = int(np.asarray(result.state["step"]).reshape(-1)[0])  # a resumed run may hold more
       accuracy_at[steps] = float(model.accuracy(params, train_j))
       if accuracy_at[steps] >= cfg.perfect_accuracy:

@@ -219,6 +219,12 @@ class TrainResult:
     (:func:`checkpoint_params`)."""
     return self.restore(steps=steps)
 
+  def params_of(self, seed: int, step: int | None = None) -> Params:
+    """The params of seed ``seed`` (its index in ``keys``) at checkpoint ``step``, or at the end of
+    training when ``step`` is None."""
+    stacked = self.state["params"] if step is None else self.params_at([step])[step]
+    return jax.tree.map(lambda a: a[seed], stacked)
+
 
 def train(
   problem: Problem,

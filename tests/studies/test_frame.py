@@ -42,7 +42,9 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
 def test_python_call_writes_config_and_refuses_a_mismatched_resume(tmp_path):
   CALLS.clear()
   summary = run(Config(), tmp_path, progress=False)
+  assert sorted(summary.pop("seconds")) == ["product", "total"]  # the frame times each stage
   assert summary == {"value": 20.0, "figures": ["plot.png"]}
+  summary = json.loads((tmp_path / "summary.json").read_text())
   assert json.loads((tmp_path / "config.json").read_text()) == {**Config().to_flat()}
   assert (tmp_path / "notes.md").read_text() == "written last but one\n" and (
     tmp_path / "figures/plot.png"
@@ -72,9 +74,47 @@ def numpy_study(cfg: Config, ctx: frame.Context) -> frame.Outputs:
 
 def test_a_first_run_returns_the_summary_a_rerun_reads_back(tmp_path):
   first = numpy_study(Config(), tmp_path, progress=False)
+  assert first.pop("seconds").keys() == {"total"}
   assert first == {"x": [0.0, 2.0], "n": 3, "t": [1, 2], "4": None}
   assert type(first["n"]) is int
-  assert numpy_study(Config(), tmp_path, progress=False) == first
+  again = numpy_study(Config(), tmp_path, progress=False)
+  assert again.pop("seconds").keys() == {"total"} and again == first
+
+
+@frame.study
+def timing_study(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """A study that writes summary["seconds"] itself."""
+  return frame.Outputs({"seconds": 1.0})
+
+
+def test_the_frame_owns_summary_seconds(tmp_path):
+  with pytest.raises(ValueError, match=r"ctx.timed\(name\)"):
+    timing_study(Config(), tmp_path, progress=False)
+
+
+def test_rows_stage_appends_per_chunk_and_resumes_after_the_last_whole_line(tmp_path):
+  ctx = frame.Context(str(tmp_path), progress=False)
+  calls = []
+
+  def compute(items):
+    calls.append(items)
+    return {i: [{"item_squared": i * i, "half": i / 2}] for i in items}
+
+  first = ctx.rows("r", [1, 2, 3], compute, chunk=2)
+  assert first == {i: [{"item_squared": i * i, "half": i / 2}] for i in (1, 2, 3)}
+  assert calls == [[1, 2], [3]] and "r" in ctx.seconds
+  lines = (tmp_path / "r.jsonl").read_text().splitlines()
+  assert [json.loads(line)["item"] for line in lines] == [1, 2, 3]
+  # Item 3's line torn by a kill, and a fourth item asked for: only those two are computed.
+  (tmp_path / "r.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:7])
+  calls.clear()
+  assert ctx.rows("r", [1, 2, 3, 4], compute, chunk=2) == {
+    **first,
+    4: [{"item_squared": 16, "half": 2.0}],
+  }
+  assert calls == [[3, 4]]
+  with pytest.raises(ValueError, match=r"returned rows for \[5\]"):
+    ctx.rows("other", [6], lambda items: {5: []})
 
 
 def test_a_non_config_or_a_foreign_folder_is_refused(tmp_path):

@@ -52,11 +52,11 @@ def test_config_refuses_a_teacher_wider_than_the_network():
 def test_resumed_run_reuses_the_llc_of_finished_checkpoints(tmp_path, monkeypatch):
   cfg = study.Config().replace(**TINY)
   first = study.run(cfg, str(tmp_path), progress=False)
-  rows = [json.loads(line) for line in open(tmp_path / "llc.jsonl")]
-  assert sorted(r["step"] for r in rows) == [20, 40]
-  # A checkpoint torn mid-way (its row missing) is recomputed; the finished one is not.
+  lines = open(tmp_path / "llc.jsonl").read().splitlines()
+  assert [json.loads(line)["item"] for line in lines] == [20, 40]  # one line per checkpoint
+  # A checkpoint torn mid-way (its line cut short) is recomputed; the finished one is not.
   with open(tmp_path / "llc.jsonl", "w") as f:
-    f.write(json.dumps(rows[0]) + "\n")
+    f.write(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])
   calls = []
   original = study.llc_lib.estimate_llc_batch
   monkeypatch.setattr(

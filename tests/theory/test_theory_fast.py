@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mechjax.slt import toy_models
-from mechjax.studies import sample_complexity as sc
+from mechjax.train import weak_recovery as sc
 
 DIMS = (12, 16, 24, 32)
 

@@ -1,4 +1,5 @@
-"""Samples that online SGD needs to find the non-Gaussian direction of the spiked-cumulant task.
+"""Samples that online SGD needs to find the non-Gaussian direction of the spiked-cumulant task: the
+model and the law fit of ``theory/phase_sample_complexity.py`` and its fast test.
 
 A single neuron on the unit sphere, ``w ∈ S^{D−1}``, is trained by spherical online SGD on the
 structured class of the spiked-cumulant model (:func:`mechjax.data.fourier.sample_spiked`) with the
