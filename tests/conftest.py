@@ -21,6 +21,36 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 os.environ["JAX_NUMPY_RANK_PROMOTION"] = "raise"
 
 
+# The smoke tier, `python -m pytest -q -m smoke` (at most 30 s on two cores, in one process): the
+# tests not marked slow in these files, one or two per layer of the package (settings and flags,
+# streams, the training loop, the study frame, the sampler's step, alignment, data, models, the
+# README's commands).
+SMOKE = (
+  "tests/test_config.py",
+  "tests/test_rng.py",
+  "tests/test_readme.py",
+  "tests/train/test_loop.py",
+  "tests/studies/test_frame.py",
+  "tests/slt/test_settings.py",
+  "tests/slt/test_sgld_step.py",
+  "tests/slt/test_closed_forms.py",
+  "tests/align/test_haar_procrustes.py",
+  "tests/data/test_parens.py",
+  "tests/models/test_mlp.py",
+)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_missing = [f for f in SMOKE if not os.path.exists(os.path.join(_ROOT, f))]
+if _missing:
+  raise pytest.UsageError(f"tests/conftest.py SMOKE names files that do not exist: {_missing}")
+
+
+def pytest_collection_modifyitems(config, items):
+  for item in items:
+    path = os.path.relpath(str(item.path), _ROOT)
+    if path in SMOKE and item.get_closest_marker("slow") is None:
+      item.add_marker(pytest.mark.smoke)
+
+
 @pytest.fixture
 def run_cli():
   return run_module
