@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from typing import Any, Callable
 
 import jax
@@ -387,9 +388,11 @@ def _summarise(traces, s: sgld.SGLDSettings, l0, path: str, reason: str) -> LLCR
   if s.mala:
     acceptance = keep("acceptance")
     evaluated = np.isfinite(acceptance)
-    diagnostics["mala_acceptance"] = np.nanmean(
-      np.where(evaluated, acceptance, np.nan), axis=draws_axes
-    )
+    with warnings.catch_warnings():  # no MALA step when mala_every exceeds the draws: NaN, quietly
+      warnings.simplefilter("ignore", RuntimeWarning)
+      diagnostics["mala_acceptance"] = np.nanmean(
+        np.where(evaluated, acceptance, np.nan), axis=draws_axes
+      )
     diagnostics["mala_steps"] = int(
       evaluated.reshape(-1, evaluated.shape[-1])[0].sum()
     )  # per chain

@@ -1,6 +1,8 @@
 """The LLC estimator's fast paths: L_B(w*) from per-sample losses, MALA on every k-th step, and many
 points in one program (estimate_llc_batch)."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -109,6 +111,10 @@ def test_mala_every_kth_step_leaves_the_draws_alone_and_counts_its_steps():
   assert every_16.diagnostics["mala_every"] == 16
   a, b = every_step.diagnostics["mala_acceptance"], every_16.diagnostics["mala_acceptance"]
   assert 0.5 < a <= 1 and abs(a - b) < 0.05, (a, b)
+  with warnings.catch_warnings():  # no MALA step at all: NaN, without numpy's empty-mean warning
+    warnings.simplefilter("error")
+    never = run(400)
+  assert never.diagnostics["mala_steps"] == 0 and np.isnan(never.diagnostics["mala_acceptance"])
 
 
 @pytest.mark.slow
