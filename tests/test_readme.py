@@ -2,7 +2,8 @@
 
 The limits are those the project set for the README: at most 200 lines and 1,500 words, a Quickstart
 of exactly two commands whose prose holds at most 3 numbers, and no prose line over 200 characters.
-Every relative link must name a file that exists and, where it has one, a heading in that file.
+Every relative link (README, results, benchmarks, api, design, contributing) must name a file that
+exists and, where it has one, a heading in that file.
 """
 
 import os
@@ -82,7 +83,15 @@ def test_sections_in_order(readme):
 
 
 @pytest.mark.parametrize(
-  "doc", ["README.md", "docs/results.md", "docs/benchmarks.md", "docs/api.md"]
+  "doc",
+  [
+    "README.md",
+    "docs/results.md",
+    "docs/benchmarks.md",
+    "docs/api.md",
+    "docs/design.md",
+    "docs/contributing.md",
+  ],
 )
 def test_relative_links_resolve(doc):
   text = FENCE.sub("", _read(doc))
