@@ -1,4 +1,4 @@
-"""The template study: copy this file to start a new one (docs/design.md, "Adding a study").
+"""The template study: copy this file to start a new one (docs/contributing.md, "Adding a study").
 
 A two-layer network learns the labels of a linear teacher, ``y = [w*·x > 0]`` with Gaussian ``x``,
 once per hidden width. The study shows the four things every study does:
