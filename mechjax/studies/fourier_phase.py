@@ -25,6 +25,7 @@ depends on the spike drawn.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import jax
@@ -121,12 +122,12 @@ class Config(config.Settings):
 class Condition:
   run: str
   task: str
-  alpha: (
-    float | None
-  )  # None for the amplitude task (its two exponents are in Config.amplitude_alphas).
+  alpha: float | None  # None for the amplitude task (its exponents: Config.amplitude_alphas)
 
 
 def conditions(cfg: Config) -> list[Condition]:
+  """One per task and alpha; the Config's checks (distinct tasks, alphas distinct to 6 significant
+  digits) make their run names distinct."""
   out = []
   for task in cfg.tasks:
     if task == "amplitude":
@@ -134,13 +135,6 @@ def conditions(cfg: Config) -> list[Condition]:
       out.append(Condition(f"amplitude_alpha{a0:g}_vs_{a1:g}", task, None))
     else:
       out.extend(Condition(f"{task}_alpha{a:g}", task, float(a)) for a in cfg.alphas)
-  names = [c.run for c in out]
-  if len(set(names)) != len(names):
-    dup = sorted({n for n in names if names.count(n) > 1})
-    raise ValueError(
-      f"tasks and alphas must name distinct runs; {', '.join(dup)} would appear twice "
-      "(repeated --tasks or --alpha values, or alphas equal to 6 significant digits)"
-    )
   return out
 
 
@@ -182,24 +176,15 @@ def member_data(cfg: Config, cond: Condition):
 def make_sampler(cfg: Config, cond: Condition):
   """``sample(key, n, member) -> (x, y)`` for one condition; ``member`` is the member's data (its
   spike ``member["u"]`` for the spiked tasks, None otherwise)."""
-  shape = cfg.shape
   if cond.task == "amplitude":
     a0, a1 = cfg.amplitude_alphas
-    return lambda key, n, member: fourier.sample_amplitude_task(
-      key, n, shape=shape, alpha0=a0, alpha1=a1
-    )
+    task = functools.partial(fourier.sample_amplitude_task, shape=cfg.shape, alpha0=a0, alpha1=a1)
+    return lambda key, n, member: task(key, n)
+  task = functools.partial(fourier.sample_phase_task, shape=cfg.shape, alpha=cond.alpha)
   if cond.task == "linear_process":
-    return lambda key, n, member: fourier.sample_phase_task(
-      key, n, shape=shape, alpha=cond.alpha, signal="linear_process", noise=cfg.noise
-    )
-  return lambda key, n, member: fourier.sample_phase_task(
-    key,
-    n,
-    shape=shape,
-    alpha=cond.alpha,
-    signal="spiked_cumulant",
-    strength=cfg.beta,
-    u=member["u"],
+    return lambda key, n, member: task(key, n, signal="linear_process", noise=cfg.noise)
+  return lambda key, n, member: task(
+    key, n, signal="spiked_cumulant", strength=cfg.beta, u=member["u"]
   )
 
 
@@ -247,34 +232,33 @@ def samples_to_accuracy(
 def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> dict:
   """The condition's numbers over all its members, and, for the spiked tasks, per spike with their
   spread over spikes."""
-  final = np.asarray(history[-1]["test_acc"])
+  last = history[-1]
+  final = np.asarray(last["test_acc"])
   out = {
     "task": cond.task,
     "alpha": cond.alpha,
     "num_spikes": num_spikes(cfg, cond),
     "samples_to_target": samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size),
-    "final_test_acc_mean": float(final.mean()),
-    "final_test_acc_sd": float(final.std()),
-    "final_scrambled_acc_mean": float(np.mean(history[-1]["scrambled_acc"])),
-    "final_whitened_acc_mean": float(np.mean(history[-1]["whitened_acc"])),
-    "steps": int(history[-1]["step"]),
-    "samples": int(history[-1]["step"]) * cfg.batch_size,
+    "final_test_acc_mean": final.mean(),
+    "final_test_acc_sd": final.std(),
+    "final_scrambled_acc_mean": np.mean(last["scrambled_acc"]),
+    "final_whitened_acc_mean": np.mean(last["whitened_acc"]),
+    "steps": last["step"],
+    "samples": last["step"] * cfg.batch_size,
   }
   if is_spiked(cond):
     k = cfg.run.num_seeds
     per_spike = [slice(j * k, (j + 1) * k) for j in range(cfg.num_spikes)]
     acc = np.array([final[m].mean() for m in per_spike])
-    out["per_spike"] = {
-      "final_test_acc_mean": acc.tolist(),
-      "samples_to_target": [
-        samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size, m) for m in per_spike
-      ],
-    }
+    reached = [
+      samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size, m) for m in per_spike
+    ]
+    out["per_spike"] = {"final_test_acc_mean": acc, "samples_to_target": reached}
     out["spread_over_spikes"] = {
-      "final_test_acc_min": float(acc.min()),
-      "final_test_acc_median": float(np.median(acc)),
-      "final_test_acc_max": float(acc.max()),
-      "final_test_acc_sd": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
+      "final_test_acc_min": acc.min(),
+      "final_test_acc_median": np.median(acc),
+      "final_test_acc_max": acc.max(),
+      "final_test_acc_sd": acc.std(ddof=1) if acc.size > 1 else 0.0,
     }
   return out
 
@@ -285,28 +269,22 @@ def spike_gains(summary: dict) -> dict:
   it. Empty for tasks without an alpha-0 condition."""
   out = {}
   conds = summary["conditions"]
+  alpha0 = {
+    c["task"]: c["per_spike"] for c in conds.values() if "per_spike" in c and c["alpha"] == 0
+  }
   for name, c in conds.items():
-    if "per_spike" not in c or not c["alpha"]:
+    base = alpha0.get(c["task"])
+    if "per_spike" not in c or not c["alpha"] or base is None:
       continue
-    base = next(
-      (
-        b for b in conds.values() if b["task"] == c["task"] and b["alpha"] == 0 and "per_spike" in b
-      ),
-      None,
-    )
-    if base is None:
-      continue
-    gain = np.array(c["per_spike"]["final_test_acc_mean"]) - np.array(
-      base["per_spike"]["final_test_acc_mean"]
-    )
+    gain = np.array(c["per_spike"]["final_test_acc_mean"]) - np.array(base["final_test_acc_mean"])
     ratios = [
       None if (b is None or f is None or f == 0) else b / f
-      for b, f in zip(base["per_spike"]["samples_to_target"], c["per_spike"]["samples_to_target"])
+      for b, f in zip(base["samples_to_target"], c["per_spike"]["samples_to_target"])
     ]
     out[name] = {
-      "accuracy_gain_per_spike": gain.tolist(),
-      "accuracy_gain_min": float(gain.min()),
-      "accuracy_gain_max": float(gain.max()),
+      "accuracy_gain_per_spike": gain,
+      "accuracy_gain_min": gain.min(),
+      "accuracy_gain_max": gain.max(),
       "speedup_to_target_per_spike": ratios,
     }
   return out
@@ -383,6 +361,10 @@ def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> lis
   """Writes the study's figures into the folder ``figures``; returns their paths."""
   conds = conditions(cfg)
   by_task = {t: [c for c in conds if c.task == t] for t in cfg.tasks}
+  # Each task at its most favourable alpha (the amplitude task has one condition).
+  best = {
+    t: max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"])) for t, cs in by_task.items()
+  }
   written = []
 
   def curve(cond, key="test_acc", label=None):
@@ -391,13 +373,10 @@ def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> lis
     return plotting.Curve(samples, np.array([r[key] for r in h], dtype=float), label or cond.run)
 
   # 1. Amplitude vs phase: the amplitude task against each phase task at its most favourable alpha.
-  amp_vs_phase = []
-  for task, cs in by_task.items():
-    if task == "amplitude":
-      amp_vs_phase.append(curve(cs[0], label="amplitude task"))
-    elif cs:
-      best = max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"]))
-      amp_vs_phase.append(curve(best, label=f"{task} (alpha={best.alpha:g})"))
+  amp_vs_phase = [
+    curve(c, label="amplitude task" if t == "amplitude" else f"{t} (alpha={c.alpha:g})")
+    for t, c in best.items()
+  ]
   written.append(
     plotting.curves_figure(
       [("amplitude vs. phase information", amp_vs_phase)],
@@ -425,25 +404,17 @@ def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> lis
     )
 
   # 3. Which information the network uses: clean vs phase-scrambled vs amplitude-whitened test sets.
-  info_panels = []
-  for task, cs in by_task.items():
-    if not cs:
-      continue
-    cond = (
-      cs[0]
-      if task == "amplitude"
-      else max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"]))
+  info_panels = [
+    (
+      c.run,
+      [
+        curve(c, "test_acc", "clean test set"),
+        curve(c, "scrambled_acc", "phase-scrambled (amplitudes only)"),
+        curve(c, "whitened_acc", "amplitude-whitened (phases only)"),
+      ],
     )
-    info_panels.append(
-      (
-        cond.run,
-        [
-          curve(cond, "test_acc", "clean test set"),
-          curve(cond, "scrambled_acc", "phase-scrambled (amplitudes only)"),
-          curve(cond, "whitened_acc", "amplitude-whitened (phases only)"),
-        ],
-      )
-    )
+    for c in best.values()
+  ]
   written.append(
     plotting.curves_figure(
       info_panels,
