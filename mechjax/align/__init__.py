@@ -26,6 +26,7 @@ from mechjax.align.transfer import explained_variance
 from mechjax.align.transfer import measure_alignment
 from mechjax.align.transfer import residual_sites
 from mechjax.align.transfer import rotate_vector
+from mechjax.align.transfer import sae_transfer
 from mechjax.align.transfer import steer_at
 from mechjax.align.transfer import steering_transfer
 from mechjax.align.transfer import transfer_reconstruct
@@ -46,6 +47,7 @@ __all__ = [
   "procrustes_fit",
   "residual_sites",
   "rotate_vector",
+  "sae_transfer",
   "signed_permutation_distance",
   "split_half_agreement",
   "steer_at",

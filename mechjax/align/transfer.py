@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from mechjax.align import procrustes
+from mechjax.models import sae as sae_lib
 from mechjax.similarity.tensor import output_cosine
 
 
@@ -177,3 +178,46 @@ def steering_transfer(
     "steer_cos_raw": output_cosine(v_src, v_tgt),
   }
   return vectors, cosines
+
+
+def sae_transfer(
+  model: sae_lib.SAE, src: tuple, tgt: tuple, x_src, x_tgt, r, q_random, scale=1.0
+) -> dict[str, jax.Array]:
+  """How a source model's SAE dictionary serves a target model, raw and through the map
+  ``s · x_src R ≈ x_tgt``.
+
+  Args:
+    model: the :class:`~mechjax.models.sae.SAE` module of both dictionaries.
+    src: ``(params, norm)`` of the source's SAE, trained on activations divided by ``norm``.
+    tgt: the same for the target's SAE.
+    x_src: source activations ``(n, d)``.
+    x_tgt: the target's activations on the same inputs.
+    r: the fitted ``(d, d)`` rotation.
+    q_random: a ``(d, d)`` rotation, the random baseline of the decoder score (e.g. Haar).
+    scale: the fitted ``s``.
+
+  Returns:
+    ``within`` (the source SAE's :func:`explained_variance` of ``x_src``, the ceiling),
+    ``live_fraction`` (of its latents active on ``x_src``), ``sae_ev_raw`` and ``sae_ev_aligned``
+    (its explained variance of ``x_tgt`` as it is and through the map,
+    :func:`transfer_reconstruct`) and ``decoder_max_cos_raw``, ``_aligned`` (source rows through
+    ``R``) and ``_random_rotation`` (through ``q_random``):
+    :func:`~mechjax.models.sae.max_cosine` between the two dictionaries' live latents.
+  """
+  codes = lambda sae, x: model.apply(sae[0], x / sae[1])
+  recon = lambda sae, x: codes(sae, x)[0] * sae[1]
+  live_src = jnp.any(codes(src, x_src)[1] > 0, axis=0)
+  live_tgt = jnp.any(codes(tgt, x_tgt)[1] > 0, axis=0)
+  dec_src, dec_tgt = sae_lib.decoder(src[0]), sae_lib.decoder(tgt[0])
+  score = lambda dec: sae_lib.max_cosine(dec, dec_tgt, live_src, live_tgt)
+  return {
+    "within": explained_variance(x_src, recon(src, x_src)),
+    "live_fraction": jnp.mean(live_src),
+    "sae_ev_raw": explained_variance(x_tgt, recon(src, x_tgt)),
+    "sae_ev_aligned": explained_variance(
+      x_tgt, transfer_reconstruct(lambda z: recon(src, z), x_tgt, r, scale)
+    ),
+    "decoder_max_cos_raw": score(dec_src),
+    "decoder_max_cos_aligned": score(dec_src @ r),
+    "decoder_max_cos_random_rotation": score(dec_src @ q_random),
+  }

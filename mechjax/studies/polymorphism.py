@@ -67,9 +67,7 @@ class Config(config.Settings):
   # Data: Dyck-k with corrupted sequences, so prefix validity is a non-trivial target.
   k: int = config.setting(3, "Bracket types of the Dyck-k language.", check=config.at_least(1))
   length: int = config.setting(32, "Sequence length (BOS + brackets).", check=config.at_least(2))
-  max_depth: int = config.setting(
-    8, "Largest nesting depth of the Dyck-k sequences.", check=config.at_least(1)
-  )
+  max_depth: int = config.setting(8, "Largest nesting depth.", check=config.at_least(1))
   p_corrupt: float = config.setting(
     0.5,
     "Probability that a sequence has one bracket replaced (validity target).",
@@ -78,9 +76,7 @@ class Config(config.Settings):
   # Model.
   d_model: int = config.setting(64, "Residual-stream width.", check=config.at_least(2))
   num_layers: int = config.setting(2, "Transformer blocks.", check=config.at_least(1))
-  num_heads: int = config.setting(
-    4, "Attention heads per block (must divide d_model).", check=config.at_least(1)
-  )
+  num_heads: int = config.setting(4, "Attention heads per block.", check=config.at_least(1))
   d_mlp: int = config.setting(256, "MLP hidden width.", check=config.at_least(1))
   attn_only: bool = config.setting(False, "Drop the MLPs.")
   # Training.
@@ -152,36 +148,18 @@ def sample(cfg: Config, key: jax.Array, n: int) -> dict[str, jax.Array]:
   )
 
 
-def task_losses(outputs: dict[str, jax.Array], batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-  """Per-head mean cross-entropy and accuracy; the next-token head is masked at the last
-  position."""
-  ce = optax.softmax_cross_entropy_with_integer_labels
-  ones = jnp.ones(batch["depth"].shape, jnp.float32)
-  out = {}
-  for head, target, w in (
-    ("token", batch["next_token"], batch["mask"].astype(jnp.float32)),
-    ("depth", batch["depth"], ones),
-    ("valid", batch["valid"].astype(jnp.int32), ones),
-  ):
-    logits = outputs[head]
-    out[f"{head}_loss"] = jnp.sum(ce(logits, target) * w) / jnp.sum(w)
-    out[f"{head}_acc"] = jnp.sum((jnp.argmax(logits, -1) == target) * w) / jnp.sum(w)
-  return out
-
-
 def make_problem(cfg: Config) -> loop.Problem:
   model = model_of(cfg)
 
   def loss(params, key):
     batch = sample(cfg, key, cfg.batch_size)
-    m = task_losses(model.apply(params, batch["tokens"]), batch)
-    total = m["token_loss"] + m["depth_loss"] + m["valid_loss"]
-    return total, {k: v for k, v in m.items() if k.endswith("_acc")}
+    m = dyck.losses(model.apply(params, batch["tokens"]), batch)
+    return sum(m[f"{h}_loss"] for h in HEADS), {k: v for k, v in m.items() if k.endswith("_acc")}
 
   def evaluate(params, key):
     batch = sample(cfg, key, 512)
     return {
-      f"test_{k}": v for k, v in task_losses(model.apply(params, batch["tokens"]), batch).items()
+      f"test_{k}": v for k, v in dyck.losses(model.apply(params, batch["tokens"]), batch).items()
     }
 
   init = lambda key: model.init(key, jnp.zeros((1, cfg.length), jnp.int32))
@@ -226,14 +204,12 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     )
     histories[name] = result.history
 
-    def analysis_stage(result=result):
-      ctx.log(f"{name}: fitting rotations, SAEs and steering vectors")
-      sites, rotations = analysis.analyze(
+    done = ctx.stage(  # {"sites": {site: {"seeds", "pairs", "summary"}}, "rotations"}
+      f"analysis_{name}",
+      lambda: analysis.analyze(
         cfg, model, functools.partial(sample, cfg), result.state["params"], progress=ctx.progress
-      )
-      return {"sites": sites, "rotations": rotations}
-
-    done = ctx.stage(f"analysis_{name}", analysis_stage)
+      ),
+    )
     details[name] = {
       site: {"seeds": a["seeds"], "pairs": a["pairs"]} for site, a in done["sites"].items()
     }
@@ -291,8 +267,5 @@ def report(summary: dict) -> list[str]:
 
 
 def _progress_text(row: dict) -> str:
-  return (
-    f"loss {np.mean(row['train_loss']):.3f} | test acc: token "
-    f"{np.mean(row['test_token_acc']):.3f}, "
-    f"depth {np.mean(row['test_depth_acc']):.3f}, valid {np.mean(row['test_valid_acc']):.3f}"
-  )
+  acc = ", ".join(f"{h} {np.mean(row[f'test_{h}_acc']):.3f}" for h in HEADS)
+  return f"loss {np.mean(row['train_loss']):.3f} | test acc: {acc}"

@@ -1,12 +1,11 @@
-"""The analysis of the polymorphism study (:mod:`mechjax.studies.polymorphism`): rotations, SAEs,
-Haar tests and steering between trained seeds. For one optimizer's seeds, :func:`analyze` fits
-``s·x_i R ≈ x_j`` at every residual site and ordered seed pair on a fit batch and measures
-everything on a held-out batch; :func:`summarize_site` reduces a site's numbers to the means of the
-study's table (:mod:`mechjax.studies.polymorphism_report`). ``cfg`` is that study's ``Config``.
+"""The analysis of the polymorphism study (:mod:`mechjax.studies.polymorphism`): for one optimizer's
+seeds, every site's rotations, SAEs, Haar tests and steering (:func:`analyze`), and the means of the
+study's table (:func:`summarize_site`). ``cfg`` is that study's ``Config``.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Callable
 
@@ -39,10 +38,10 @@ def mean_of(xs):
   return float(np.mean(xs)) if xs else None
 
 
+@jax.jit
 def _pair_numbers(xa_fit, xb_fit, xa_held, xb_held):
   """Everything about a seed pair (a, b) at one site that needs only activations: both directions'
-  fits (:func:`mechjax.align.transfer.measure_alignment`) and the pair's similarity; jitted by the
-  caller."""
+  fits (:func:`mechjax.align.transfer.measure_alignment`) and the pair's similarity."""
   directions = []
   for x_fit, y_fit, x_held, y_held in (
     (xa_fit, xb_fit, xa_held, xb_held),
@@ -59,15 +58,13 @@ def _pair_numbers(xa_fit, xb_fit, xa_held, xb_held):
 
 def analyze(
   cfg, model: Transformer, sample: Callable, params_S, progress: bool = True
-) -> tuple[dict, dict[str, np.ndarray]]:
-  """Every per-site measurement for one optimizer's trained seeds (see
-  :mod:`mechjax.studies.polymorphism`).
-
-  ``model`` is the seeds' transformer and ``sample(key, n)`` draws ``n`` task sequences. Returns
-  ``({site: {"seeds": {...}, "pairs": [...], "summary": {...}}}, {"<site>/<a>_<b>": R})``. Every
-  random choice has a named stream of ``cfg.run.seed`` (a Haar test's key names its site and seeds),
-  so adding a test changes no other. The numerical work is a few jitted functions whose shapes do
-  not change between sites, seeds and pairs, so each compiles once.
+) -> dict[str, dict]:
+  """Every per-site measurement for one optimizer's trained seeds. ``model`` is the seeds'
+  transformer and ``sample(key, n)`` draws ``n`` task sequences. Returns ``{"sites": {site:
+  {"seeds": {...}, "pairs": [...], "summary": {...}}}, "rotations": {"<site>/<a>_<b>": R}}``.
+  Every random choice has a named stream of ``cfg.run.seed`` (a Haar test's key names its site and
+  seeds), so adding a test changes no other. The numerical work is a few jitted functions whose
+  shapes do not change between sites, seeds and pairs, so each compiles once.
   """
   seed = cfg.run.seed
   num_seeds, d = cfg.run.num_seeds, cfg.d_model
@@ -97,58 +94,34 @@ def analyze(
     batch_size=cfg.sae_batch_size,
     lr=cfg.sae_learning_rate,
   )
+  sae_params, norms = jax.device_get((sae_params, norms))  # on the host: indexing compiles nothing
   sae_of = lambda si, seed: (
     jax.tree.map(lambda a: a[si * num_seeds + seed], sae_params),
     norms[sites[si]][seed],
   )
 
-  @jax.jit
-  def sae_numbers(sae_i, sae_j, x_i, x_j, r, scale, q_random):
-    """Within-seed EV and live latents of SAE i on x_i; SAE i on x_j raw and through (s, R); decoder
-    max-cosines (:func:`mechjax.models.sae.max_cosine`) between the live latents of SAE i and SAE
-    j, raw, through R, and through a Haar rotation."""
-    recon = lambda sae, x: sae_model.apply(sae[0], x / sae[1])[0] * sae[1]
-    live = lambda sae, x: jnp.any(sae_model.apply(sae[0], x / sae[1])[1] > 0, axis=0)
-    ev = transfer.explained_variance
-    dec_i, dec_j = sae_lib.decoder(sae_i[0]), sae_lib.decoder(sae_j[0])
-    live_i, live_j = live(sae_i, x_i), live(sae_j, x_j)
-    return {
-      "within": ev(x_i, recon(sae_i, x_i)),
-      "live_fraction": jnp.mean(live_i),
-      "sae_ev_raw": ev(x_j, recon(sae_i, x_j)),
-      "sae_ev_aligned": ev(
-        x_j, transfer.transfer_reconstruct(lambda z: recon(sae_i, z), x_j, r, scale)
-      ),
-      "decoder_max_cos_raw": sae_lib.max_cosine(dec_i, dec_j, live_i, live_j),
-      "decoder_max_cos_aligned": sae_lib.max_cosine(dec_i @ r, dec_j, live_i, live_j),
-      "decoder_max_cos_random_rotation": sae_lib.max_cosine(
-        dec_i @ q_random, dec_j, live_i, live_j
-      ),
-    }
+  sae_numbers = jax.jit(functools.partial(transfer.sae_transfer, sae_model))
 
-  # Steering: a vector added at one site of a target model; always the same pytree, so one
-  # compilation.
-  @jax.jit
+  @jax.jit  # the validity margin with a vector added at one site: one program for every site
   def margin(params, site_index, vec):
     out = model.apply(params, eval_batch["tokens"], steer=transfer.steer_at(sites, site_index, vec))
     return jnp.mean(out["valid"][..., 1] - out["valid"][..., 0])
 
-  params_list = [jax.tree.map(lambda a: a[s], params_S) for s in range(num_seeds)]
+  params_list = [jax.tree.map(lambda a: a[s], jax.device_get(params_S)) for s in range(num_seeds)]
   clean = [float(margin(p, 0, jnp.zeros(d))) for p in params_list]
   effect = lambda j, si, vec: float(margin(params_list[j], si, cfg.steer_scale * vec)) - clean[j]
-  pair_fn = jax.jit(_pair_numbers)
 
   out, rotations = {}, {}
   for si, site in enumerate(sites):
     if progress:
-      print(f"  analysing {site}", flush=True)
+      print(f"  analysing {site}: rotations, SAEs, Haar tests and steering", flush=True)
     x_fit, x_held = fit[site], held[site]
     v = [transfer.diff_of_means(x_fit[s], valid_fit) for s in range(num_seeds)]
     random_dirs = jax.random.normal(rng.key(seed, "random-steering", si), (num_seeds, d))
     q_random = haar.haar_orthogonal(rng.key(seed, "random-rotation", si), d)
     pair_rows, own = [], {}  # own[i]: SAE i on its own seed
     for a, b in itertools.combinations(range(num_seeds), 2):
-      pair, directions = jax.device_get(pair_fn(x_fit[a], x_fit[b], x_held[a], x_held[b]))
+      pair, directions = jax.device_get(_pair_numbers(x_fit[a], x_fit[b], x_held[a], x_held[b]))
       r_ab = directions[0]["R"]
       row = {
         "seeds": [a, b],
@@ -159,7 +132,7 @@ def analyze(
       for (i, j), direction in zip(((a, b), (b, a)), directions):
         r, scale = jnp.asarray(direction.pop("R")), float(direction.pop("scale"))
         sae = jax.device_get(
-          sae_numbers(sae_of(si, i), sae_of(si, j), x_held[i], x_held[j], r, scale, q_random)
+          sae_numbers(sae_of(si, i), sae_of(si, j), x_held[i], x_held[j], r, q_random, scale)
         )
         own[i] = {k: sae.pop(k) for k in ("within", "live_fraction")}
         vectors, cosines = transfer.steering_transfer(v[i], v[j], r, random_dirs[i], scale)
@@ -190,7 +163,7 @@ def analyze(
       ],
     }
     out[site] = {"seeds": seeds, "pairs": pair_rows, "summary": summarize_site(seeds, pair_rows, d)}
-  return out, rotations
+  return {"sites": out, "rotations": rotations}
 
 
 def summarize_site(seeds: dict, pairs: list[dict], d: int, level: float = 0.05) -> dict:

@@ -61,9 +61,7 @@ class Config(config.Settings):
   corpus: str = config.setting("", "The token file (mechjax.data.tokens) the windows come from.")
   seq_len: int = config.setting(64, "Tokens per window.", check=config.at_least(2))
   fit_windows: int = config.setting(
-    64,
-    "Windows whose activations fit R (windows × seq_len should exceed d).",
-    check=config.at_least(2),
+    64, "Windows whose activations fit R (× seq_len ≥ d_model).", check=config.at_least(2)
   )
   held_windows: int = config.setting(
     64, "Further windows every measurement is made on.", check=config.at_least(1)

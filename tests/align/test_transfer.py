@@ -9,9 +9,11 @@ from mechjax.align.transfer import explained_variance
 from mechjax.align.transfer import measure_alignment
 from mechjax.align.transfer import residual_sites
 from mechjax.align.transfer import rotate_vector
+from mechjax.align.transfer import sae_transfer
 from mechjax.align.transfer import steer_at
 from mechjax.align.transfer import steering_transfer
 from mechjax.align.transfer import transfer_reconstruct
+from mechjax.models.sae import SAE
 
 RNG = np.random.default_rng(0)
 
@@ -122,3 +124,25 @@ def test_residual_sites_and_steering_at_one_site():
   np.testing.assert_array_equal(steer["b"], v)
   np.testing.assert_array_equal(steer["a"], 0.0 * v)
   np.testing.assert_array_equal(steer["c"], 0.0 * v)
+
+
+def test_sae_transfer_through_the_planted_map_reaches_the_ceiling():
+  rng = np.random.default_rng(8)
+  x_src = rng.normal(size=(300, 8)) * (rng.random((300, 8)) < 0.3)  # sparse in the source basis
+  q = np.asarray(jax.random.orthogonal(jax.random.PRNGKey(9), 8), x_src.dtype)
+  x_tgt = 2.0 * x_src @ q  # the target: the source's stream rotated and scaled
+  eye = np.eye(8)  # an SAE whose dictionary is the source's coordinate axes, ±
+  w = {"W_enc": np.hstack([eye, -eye]), "b_enc": np.zeros(16), "W_dec": np.vstack([eye, -eye])}
+  src = {"params": {**w, "b_dec": np.zeros(8)}}
+  tgt = {"params": {"W_enc": q.T @ w["W_enc"], "b_enc": w["b_enc"], "W_dec": w["W_dec"] @ q}}
+  tgt["params"]["b_dec"] = np.zeros(8)  # the same SAE in the target's frame
+  q_random = np.asarray(jax.random.orthogonal(jax.random.PRNGKey(1), 8), x_src.dtype)
+  model = SAE(16, top_k=3)
+  out = sae_transfer(model, (src, 1.5), (tgt, 3.0), x_src, x_tgt, q, q_random, scale=2.0)
+  assert float(out["within"]) > 0.9
+  np.testing.assert_allclose(out["sae_ev_aligned"], out["within"], atol=1e-4)
+  assert float(out["sae_ev_raw"]) < float(out["within"]) - 0.1  # the target's basis is not sparse
+  np.testing.assert_allclose(out["decoder_max_cos_aligned"], 1.0, atol=1e-5)
+  assert float(out["decoder_max_cos_raw"]) < 0.99
+  assert float(out["decoder_max_cos_random_rotation"]) < 0.99
+  assert 0 < float(out["live_fraction"]) <= 1

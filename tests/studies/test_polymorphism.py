@@ -71,10 +71,20 @@ def planted():
     rotate_residual(params, p, CFG.num_layers),
   ]
   params_S = jax.tree.map(lambda *a: jnp.stack(a), *seeds)
-  analysis, rotations = analysis_lib.analyze(
+  out = analysis_lib.analyze(
     CFG, model, functools.partial(study.sample, CFG), params_S, progress=False
   )
-  return analysis, rotations, q, p
+  return out["sites"], out["rotations"], q, p
+
+
+def test_the_sites_are_the_distinct_points_of_the_stream():
+  assert analysis_lib.analysis_sites(2) == [
+    "resid_pre_0",
+    "resid_mid_0",
+    "resid_post_0",
+    "resid_mid_1",
+    "resid_post_1",
+  ]
 
 
 @pytest.mark.slow
@@ -143,13 +153,7 @@ def test_experiment_writes_the_table_and_figures(tmp_path):
   assert len(check_report(wd)) == 5
   summary = json.loads((wd / "summary.json").read_text())
   sites = summary["optimizers"]["sgd"]["sites"]
-  assert summary["sites"] == [
-    "resid_pre_0",
-    "resid_mid_0",
-    "resid_post_0",
-    "resid_mid_1",
-    "resid_post_1",
-  ]
+  assert summary["sites"] == analysis_lib.analysis_sites(2)
   assert set(sites) == set(summary["sites"])
   for m in sites.values():
     assert all(
