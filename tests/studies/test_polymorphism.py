@@ -32,6 +32,9 @@ CFG = study.Config().replace(
   sae_steps=200,
   num_null=59,
 )
+# The end-to-end run: as small as the pipeline allows (one chunk of training, one checkpoint, 16
+# sequences per batch). Its time is mostly compiling the training and analysis programs, which no
+# size below this makes cheaper.
 TINY = [
   "--length=16",
   "--max_depth=4",
@@ -39,13 +42,13 @@ TINY = [
   "--num_heads=2",
   "--d_mlp=32",
   "--num_seeds=2",
-  "--fit_sequences=32",
-  "--eval_sequences=32",
+  "--fit_sequences=16",
+  "--eval_sequences=16",
   "--sae_latents=32",
   "--sae_top_k=4",
-  "--sae_steps=50",
+  "--sae_steps=20",
   "--num_null=59",
-  "--steps=40",
+  "--steps=20",
   "--log_every=20",
   "--checkpoint_every=20",
 ]
