@@ -13,15 +13,22 @@ from mechjax.align.haar import eigenangle_density
 from mechjax.align.haar import eigenangles
 from mechjax.align.haar import haar_orthogonal
 from mechjax.align.haar import haar_test
+from mechjax.align.haar import nearest_signed_permutation
 from mechjax.align.haar import privileged_basis_test
 from mechjax.align.haar import signed_permutation_distance
 from mechjax.align.procrustes import ProcrustesFit
 from mechjax.align.procrustes import generalized_procrustes
 from mechjax.align.procrustes import orthogonal_procrustes
 from mechjax.align.procrustes import procrustes_fit
+from mechjax.align.procrustes import split_half_agreement
 from mechjax.align.transfer import diff_of_means
 from mechjax.align.transfer import explained_variance
+from mechjax.align.transfer import measure_alignment
+from mechjax.align.transfer import residual_sites
 from mechjax.align.transfer import rotate_vector
+from mechjax.align.transfer import sae_transfer
+from mechjax.align.transfer import steer_at
+from mechjax.align.transfer import steering_transfer
 from mechjax.align.transfer import transfer_reconstruct
 
 __all__ = [
@@ -33,10 +40,17 @@ __all__ = [
   "generalized_procrustes",
   "haar_orthogonal",
   "haar_test",
+  "measure_alignment",
+  "nearest_signed_permutation",
   "orthogonal_procrustes",
   "privileged_basis_test",
   "procrustes_fit",
+  "residual_sites",
   "rotate_vector",
+  "sae_transfer",
   "signed_permutation_distance",
+  "split_half_agreement",
+  "steer_at",
+  "steering_transfer",
   "transfer_reconstruct",
 ]

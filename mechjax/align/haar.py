@@ -120,12 +120,20 @@ def _excess_kurtosis(x: np.ndarray) -> float:
   return float(np.mean(c**4) / (m2 * m2) - 3.0) if m2 > 0 else 0.0
 
 
+def nearest_signed_permutation(r: np.ndarray) -> np.ndarray:
+  """``π``, the pattern of the signed permutation nearest to ``R``: the column matched to each row
+  by the linear assignment that maximises ``Σ_i |R_{iπ(i)}|``. ``R[:, π]`` puts the matched entries
+  on the diagonal, where a privileged basis shows as a bright signed diagonal."""
+  rows, cols = optimize.linear_sum_assignment(-np.abs(np.asarray(r, np.float64)))
+  return cols[np.argsort(rows)]
+
+
 def signed_permutation_distance(r: np.ndarray) -> float:
   """``min_P ‖R − P‖_F`` over signed permutation matrices: ``√(2d − 2 max_π Σ_i |R_{iπ(i)}|)``
-  (linear assignment)."""
+  (:func:`nearest_signed_permutation`)."""
   a = np.abs(np.asarray(r, np.float64))
-  rows, cols = optimize.linear_sum_assignment(-a)
-  return float(np.sqrt(max(2 * a.shape[0] - 2 * a[rows, cols].sum(), 0.0)))
+  matched = a[np.arange(a.shape[0]), nearest_signed_permutation(a)]
+  return float(np.sqrt(max(2 * a.shape[0] - 2 * matched.sum(), 0.0)))
 
 
 def _statistics(r: np.ndarray, angle_cdf) -> dict[str, float]:

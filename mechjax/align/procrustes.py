@@ -173,3 +173,19 @@ def generalized_procrustes(
   consensus = jax.lax.fori_loop(0, num_iters, body, acts[0])
   rs = procrustes_fit(acts, jnp.broadcast_to(consensus, acts.shape), special=special).R
   return rs, consensus
+
+
+def split_half_agreement(source: jax.Array, target: jax.Array, **fit_kwargs) -> jax.Array:
+  """How far the data determine the rotation: ``tr(R₁ᵀ R₂) / d`` for ``R₁`` and ``R₂`` fitted
+  (:func:`procrustes_fit` with ``fit_kwargs``) on the first and the second half of the rows.
+
+  1 when both halves give the same ``R``; near 0 when the fit is a free choice (two independent
+  Haar rotations have ``E tr(R₁ᵀ R₂) = 0``). Where the cross-covariance is rank-deficient, the part
+  of ``R`` on its null space differs between the halves and lowers the agreement. Order the rows so
+  that the halves hold different inputs (sequence-major activations, say). ``source`` and
+  ``target`` are ``(n, d)``.
+  """
+  half = source.shape[0] // 2
+  r_first = procrustes_fit(source[:half], target[:half], **fit_kwargs).R
+  r_second = procrustes_fit(source[half:], target[half:], **fit_kwargs).R
+  return jnp.trace(r_first.T @ r_second) / source.shape[1]

@@ -3,14 +3,22 @@
 Conventions: ``R`` maps source activations to target activations, ``x_src @ R ≈ x_tgt`` (as returned
 by :func:`mechjax.align.procrustes.orthogonal_procrustes`), so ``x_tgt @ Rᵀ`` expresses target
 activations in the source frame.
+
+:func:`measure_alignment` fits such a map between two models' activations and measures it, and
+:func:`steering_transfer` gives the vectors and cosines of a steering-transfer test through it (the
+recipe of McCann 2026, "Polymorphism Is Rotation", which both polymorphism studies follow).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+
+from mechjax.align import procrustes
+from mechjax.models import sae as sae_lib
+from mechjax.similarity.tensor import output_cosine
 
 
 def explained_variance(x: jax.Array, x_hat: jax.Array) -> jax.Array:
@@ -62,3 +70,154 @@ def diff_of_means(acts: jax.Array, labels: jax.Array) -> jax.Array:
   binary labels."""
   w = labels.astype(acts.dtype)[:, None]
   return jnp.sum(acts * w, axis=0) / jnp.sum(w) - jnp.sum(acts * (1 - w), axis=0) / jnp.sum(1 - w)
+
+
+def residual_sites(names: Sequence[str]) -> list[str]:
+  """The distinct points of the residual stream among a model's site names (in stream order):
+  every ``resid_*`` site but ``resid_pre_{l+1}``, which is the same point as ``resid_post_l``."""
+  return [
+    s
+    for s in names
+    if s.startswith("resid_") and (s == "resid_pre_0" or not s.startswith("resid_pre"))
+  ]
+
+
+def steer_at(sites: Sequence[str], index: jax.Array, v: jax.Array) -> dict[str, jax.Array]:
+  """The ``steer`` argument of a model's ``apply`` that adds ``v`` at one site and zeros at the
+  others.
+
+  Args:
+    sites: the sites the dict covers, in a fixed order (the same pytree for every ``index``).
+    index: the position in ``sites`` of the site to steer; it may be traced, so one compiled
+      program steers at every site.
+    v: the ``(d,)`` vector to add there.
+  """
+  return {s: jnp.where(i == index, 1.0, 0.0) * v for i, s in enumerate(sites)}
+
+
+def measure_alignment(
+  x_fit: jax.Array,
+  y_fit: jax.Array,
+  x_held: jax.Array,
+  y_held: jax.Array,
+  *,
+  center: bool = False,
+  scale: bool = False,
+) -> tuple[procrustes.ProcrustesFit, dict[str, jax.Array]]:
+  """Fits ``y ≈ s · (x − μ_x) R + μ_y`` on the fit rows (orthogonal Procrustes,
+  :func:`~mechjax.align.procrustes.procrustes_fit`) and measures the map.
+
+  Args:
+    x_fit: source activations ``(n, d)`` the map is fitted on.
+    y_fit: the target's activations on the same inputs.
+    x_held: source activations ``(m, d)`` on held-out inputs.
+    y_held: the target's activations on those.
+    center: fit between centred activations; ``μ`` are the fit rows' column means (else 0).
+    scale: fit the isotropic scale ``s`` too (else ``s = 1``).
+
+  Returns:
+    ``(fit, numbers)``, ``numbers`` holding
+
+    * ``cross_covariance_rank`` and ``cross_covariance_condition`` (``σ_min / σ_max``) of the
+      cross-covariance ``XᵀY``: where it is rank-deficient, ``R`` is arbitrary on its null space;
+    * ``rotation_split_half_agreement``:
+      :func:`~mechjax.align.procrustes.split_half_agreement` (``center`` as given);
+    * ``aligned_ev_fit_batch`` and ``aligned_ev_held_out``: the :func:`explained_variance` of ``y``
+      by the map on the fit rows and on the held-out rows (a gap says the map is overfitted);
+    * ``identity_ev_held_out``: of ``y_held`` by ``x_held`` as it is (the bases need no map if
+      high);
+    * with ``scale``, ``rotation_only_ev_held_out``: the map without its scale.
+  """
+  fit = procrustes.procrustes_fit(x_fit, y_fit, center=center, scale=scale)
+
+  def mapped(x, s):
+    if not center:
+      return s * x @ fit.R
+    mu_x, mu_y = jnp.mean(x_fit, axis=0, keepdims=True), jnp.mean(y_fit, axis=0, keepdims=True)
+    return s * (x - mu_x) @ fit.R + mu_y
+
+  numbers = {
+    "cross_covariance_rank": fit.rank,
+    "cross_covariance_condition": fit.singular_values[-1] / fit.singular_values[0],
+    "rotation_split_half_agreement": procrustes.split_half_agreement(x_fit, y_fit, center=center),
+    "aligned_ev_fit_batch": explained_variance(y_fit, mapped(x_fit, fit.scale)),
+    "aligned_ev_held_out": explained_variance(y_held, mapped(x_held, fit.scale)),
+    "identity_ev_held_out": explained_variance(y_held, x_held),
+  }
+  if scale:
+    numbers["rotation_only_ev_held_out"] = explained_variance(y_held, mapped(x_held, 1.0))
+  return fit, numbers
+
+
+def steering_transfer(
+  v_src: jax.Array, v_tgt: jax.Array, r: jax.Array, random_direction: jax.Array, scale=1.0
+) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+  """A steering-transfer test of the map ``s · x_src R ≈ x_tgt``: the vectors to add to the target
+  model, each in its frame, and how the source's vector points.
+
+  Args:
+    v_src: the source model's steering vector (:func:`diff_of_means`), ``(d,)``.
+    v_tgt: the target model's own vector for the same concept.
+    r: the fitted ``(d, d)`` rotation.
+    random_direction: any ``(d,)`` vector; the baseline is it rescaled to the norm of ``v_tgt``.
+    scale: the fitted ``s``.
+
+  Returns:
+    ``(vectors, cosines)``: ``vectors`` are ``"native"`` (``v_tgt``), ``"aligned"``
+    (``s · v_src R``), ``"raw"`` (``v_src`` as it is) and ``"random"``; ``cosines`` are
+    ``steer_cos_aligned`` (of ``v_src R`` with ``v_tgt``) and ``steer_cos_raw`` (of ``v_src``).
+  """
+  vectors = {
+    "native": v_tgt,
+    "aligned": scale * rotate_vector(v_src, r),
+    "raw": v_src,
+    "random": random_direction * jnp.linalg.norm(v_tgt) / jnp.linalg.norm(random_direction),
+  }
+  cosines = {
+    "steer_cos_aligned": output_cosine(rotate_vector(v_src, r), v_tgt),
+    "steer_cos_raw": output_cosine(v_src, v_tgt),
+  }
+  return vectors, cosines
+
+
+def sae_transfer(
+  model: sae_lib.SAE, src: tuple, tgt: tuple, x_src, x_tgt, r, q_random, scale=1.0
+) -> dict[str, jax.Array]:
+  """How a source model's SAE dictionary serves a target model, raw and through the map
+  ``s · x_src R ≈ x_tgt``.
+
+  Args:
+    model: the :class:`~mechjax.models.sae.SAE` module of both dictionaries.
+    src: ``(params, norm)`` of the source's SAE, trained on activations divided by ``norm``.
+    tgt: the same for the target's SAE.
+    x_src: source activations ``(n, d)``.
+    x_tgt: the target's activations on the same inputs.
+    r: the fitted ``(d, d)`` rotation.
+    q_random: a ``(d, d)`` rotation, the random baseline of the decoder score (e.g. Haar).
+    scale: the fitted ``s``.
+
+  Returns:
+    ``within`` (the source SAE's :func:`explained_variance` of ``x_src``, the ceiling),
+    ``live_fraction`` (of its latents active on ``x_src``), ``sae_ev_raw`` and ``sae_ev_aligned``
+    (its explained variance of ``x_tgt`` as it is and through the map,
+    :func:`transfer_reconstruct`) and ``decoder_max_cos_raw``, ``_aligned`` (source rows through
+    ``R``) and ``_random_rotation`` (through ``q_random``):
+    :func:`~mechjax.models.sae.max_cosine` between the two dictionaries' live latents.
+  """
+  codes = lambda sae, x: model.apply(sae[0], x / sae[1])
+  recon = lambda sae, x: codes(sae, x)[0] * sae[1]
+  live_src = jnp.any(codes(src, x_src)[1] > 0, axis=0)
+  live_tgt = jnp.any(codes(tgt, x_tgt)[1] > 0, axis=0)
+  dec_src, dec_tgt = sae_lib.decoder(src[0]), sae_lib.decoder(tgt[0])
+  score = lambda dec: sae_lib.max_cosine(dec, dec_tgt, live_src, live_tgt)
+  return {
+    "within": explained_variance(x_src, recon(src, x_src)),
+    "live_fraction": jnp.mean(live_src),
+    "sae_ev_raw": explained_variance(x_tgt, recon(src, x_tgt)),
+    "sae_ev_aligned": explained_variance(
+      x_tgt, transfer_reconstruct(lambda z: recon(src, z), x_tgt, r, scale)
+    ),
+    "decoder_max_cos_raw": score(dec_src),
+    "decoder_max_cos_aligned": score(dec_src @ r),
+    "decoder_max_cos_random_rotation": score(dec_src @ q_random),
+  }

@@ -18,12 +18,15 @@ Targets, per position ``t`` (computed by :func:`check`, a stack machine over the
 * ``depth[t]`` ∈ ``[0, max_depth]``: opens minus closes up to and including ``t`` (clipped);
 * ``valid[t]``: whether ``tokens[1..t]`` is a valid Dyck prefix (every close matches the innermost
   open bracket, and the depth never exceeds ``max_depth``). Once invalid, a prefix stays invalid.
+
+:func:`losses` scores a model's predictions of the three.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import optax
 
 PAD, BOS = 0, 1
 
@@ -120,3 +123,21 @@ def sample_dyck(
     "valid": valid,
     "mask": jnp.broadcast_to(mask, tokens.shape),
   }
+
+
+def losses(logits: dict[str, jax.Array], batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """Mean cross-entropy and accuracy of a model's predictions of a batch's targets:
+  ``logits["token"]`` of ``next_token`` (at the positions ``mask`` marks), ``logits["depth"]`` of
+  ``depth`` and ``logits["valid"]`` of ``valid`` (two classes), each ``(B, T, classes)``. Returns
+  ``{"token_loss", "token_acc", "depth_loss", ...}``."""
+  ce = optax.softmax_cross_entropy_with_integer_labels
+  ones = jnp.ones(batch["depth"].shape, jnp.float32)
+  out = {}
+  for head, target, w in (
+    ("token", batch["next_token"], batch["mask"].astype(jnp.float32)),
+    ("depth", batch["depth"], ones),
+    ("valid", batch["valid"].astype(jnp.int32), ones),
+  ):
+    out[f"{head}_loss"] = jnp.sum(ce(logits[head], target) * w) / jnp.sum(w)
+    out[f"{head}_acc"] = jnp.sum((jnp.argmax(logits[head], -1) == target) * w) / jnp.sum(w)
+  return out

@@ -82,6 +82,19 @@ def decoder(params) -> jax.Array:
   return unit_rows(params["params"]["W_dec"])
 
 
+def max_cosine(dec_a: jax.Array, dec_b: jax.Array, live_a: jax.Array, live_b: jax.Array):
+  """The decoder "universality" score of two dictionaries: the mean over the live rows of
+  ``dec_a`` of the largest ``|cos|`` with any live row of ``dec_b`` (both with unit rows,
+  :func:`decoder`).
+
+  Dead latents (``live`` False: never active on the data) keep their random initial rows, which
+  would pull the score towards that of random directions, so they are left out on both sides.
+  """
+  cos = jnp.where(live_b[None, :], jnp.abs(dec_a @ dec_b.T), -1.0)
+  best = jnp.max(cos, axis=1)
+  return jnp.sum(jnp.where(live_a, best, 0.0)) / jnp.maximum(jnp.sum(live_a), 1)
+
+
 def sae_loss(model: SAE, params, x_NxD, l1: float = 1e-3):
   """``(loss, metrics)``: ``mean‖x − x̂‖²/d + l1·mean‖f‖₁`` and the reconstruction MSE, L0 and
   L1.
@@ -101,3 +114,42 @@ def sae_loss(model: SAE, params, x_NxD, l1: float = 1e-3):
   l1_term = jnp.mean(jnp.sum(jnp.abs(f), axis=-1))
   loss = mse + (0.0 if model.top_k is not None else l1 * l1_term)
   return loss, {"mse": mse, "l0": jnp.mean(jnp.sum(f > 0, axis=-1)), "l1": l1_term}
+
+
+def train_saes(
+  model: SAE, buffers_MxNxD: jax.Array, key: jax.Array, *, steps: int, batch_size: int, lr: float
+):
+  """``M`` SAEs, one per buffer of activations, trained together in one vmapped program with the
+  training core's step and scan (:mod:`mechjax.train.loop`) and :func:`sae_loss`: Adam, each step
+  on ``batch_size`` rows of its buffer drawn with replacement.
+
+  Args:
+    model: the :class:`SAE` every buffer gets.
+    buffers_MxNxD: ``M`` buffers of ``N`` activations of width ``D``.
+    key: PRNG key, split into one per SAE (its init and its batches).
+    steps: optimizer steps.
+    batch_size: rows per step.
+    lr: Adam's step size.
+
+  Returns:
+    ``(params_M, mse_M)``: the params with a leading ``M`` axis, and each SAE's reconstruction MSE
+    averaged over the last tenth of the steps.
+  """
+  import optax
+
+  from mechjax.train import loop  # local: only training needs the core
+
+  optimizer = optax.adam(lr)
+
+  def one(buffer_NxD, k):
+    def loss(params, kk):
+      idx = jax.random.randint(kk, (batch_size,), 0, buffer_NxD.shape[0])
+      return sae_loss(model, params, buffer_NxD[idx])
+
+    problem = loop.Problem(init=lambda kk: model.init(kk, buffer_NxD[:1]), loss=loss)
+    state = loop.init_state(problem, optimizer, k)
+    state, per_step = loop.scan_steps(loop.make_train_step(problem, optimizer), state, steps)
+    return state["params"], jnp.mean(per_step["mse"][-max(steps // 10, 1) :])
+
+  keys = jax.random.split(key, buffers_MxNxD.shape[0])
+  return jax.jit(jax.vmap(one))(buffers_MxNxD, keys)

@@ -12,6 +12,7 @@ Example::
 
 from mechjax.similarity.representational import linear_cka
 from mechjax.similarity.representational import mean_cca
+from mechjax.similarity.representational import participation_ratio
 from mechjax.similarity.representational import procrustes_distance
 from mechjax.similarity.tensor import brute_force_inner
 from mechjax.similarity.tensor import cka_matrix
@@ -42,6 +43,7 @@ __all__ = [
   "monte_carlo_inner",
   "multilinear_apply",
   "output_cosine",
+  "participation_ratio",
   "procrustes_distance",
   "similarity_matrix",
   "slice_similarity",

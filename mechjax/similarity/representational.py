@@ -14,12 +14,15 @@ computed in feature space (``D × E`` cross-covariances), never with an ``N × N
   ``arccos(‖X̄ᵀȲ‖_* / (‖X̄‖_F ‖Ȳ‖_F))`` — a metric on shapes modulo rotation, translation and scale.
 * Mean CCA: the mean of the canonical correlations, the singular values of ``Q_xᵀ Q_y`` for
   orthonormal bases of the centred column spaces.
+
+And of one representation, :func:`participation_ratio`: its effective dimension.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def _center(x):
@@ -116,3 +119,13 @@ def mean_cca(x: jax.Array, y: jax.Array, rtol: float = 1e-6) -> jax.Array:
   qy, ry = basis(y)
   rho = jnp.linalg.svd(jnp.swapaxes(qx, -1, -2) @ qy, compute_uv=False)
   return jnp.sum(jnp.clip(rho, 0.0, 1.0), axis=-1) / jnp.minimum(rx, ry)
+
+
+def participation_ratio(x_NxD) -> float:
+  """The effective dimension ``(Σλ)² / Σλ²`` of activations ``x_NxD``, for ``λ`` the eigenvalues
+  of their covariance: from 1 (one direction carries all the variance) to ``d`` (isotropic).
+  Computed in float64 with NumPy."""
+  xc = np.asarray(x_NxD, np.float64)
+  xc = xc - xc.mean(axis=0)
+  lam = np.linalg.eigvalsh(xc.T @ xc)
+  return float(lam.sum() ** 2 / np.sum(lam**2))

@@ -7,35 +7,24 @@ the usual SAE-universality metric (max cosine between decoder rows) says the dic
 match.
 
 For each optimizer, ``num_seeds`` Dyck-3 transformers are trained together with the core (next
-token, nesting depth and prefix validity, one linear head each). Then, for every residual site and
-every ordered pair of seeds (source ``i``, target ``j``):
-
-* ``s`` and ``R`` are fitted by orthogonal Procrustes with an isotropic scale, ``s · x_i R ≈ x_j``,
-  on a *fit* batch, and everything is measured on a *held-out* batch of fresh sequences (the same
-  tokens through every seed). The scale is part of the symmetry: every reader of a pre-norm stream
-  sits behind an RMSNorm, so multiplying all writers by ``s`` leaves the function unchanged (see
-  :func:`mechjax.models.transformer.rotate_residual`). ``R`` itself does not depend on whether ``s``
-  is fitted;
-* a TopK SAE per (seed, site), trained with the core on the fit batch, gives the within-seed EV (the
-  ceiling), the cross-seed EV without the map and through it (into the source frame, encode and
-  decode, back), and the decoder-row max-cosine "universality" score;
-* :func:`mechjax.align.haar.privileged_basis_test` asks of each seed's activations whether the
-  coordinate axes are special at all, and :func:`mechjax.align.haar.haar_test` whether ``R`` looks
-  Haar-random or close to a signed permutation. The rank of the cross-covariance, the stream's
-  effective dimension and the agreement of ``R`` fitted on two halves of the fit batch say how much
-  of ``R`` the data determine: where ``XᵀY`` is rank-deficient, ``R`` is arbitrary on its null space
-  and the Haar test of ``R`` is not reported;
-* linear CKA, the angular Procrustes distance and mean CCA compare the two seeds' activations;
-* a steering vector (valid-minus-invalid difference of means of the source seed) is added to the
-  target model's stream at the same site, with and without the map, and its effect on the target's
-  validity logit margin is compared with that of the target's own vector and of a random vector of
-  the same norm.
+token, nesting depth and prefix validity, one linear head each). Then, at every residual site and
+for every ordered pair of seeds (source ``i``, target ``j``), ``s · x_i R ≈ x_j`` is fitted on a
+*fit* batch and everything is measured on a *held-out* batch of fresh sequences (the same tokens
+through every seed). The scale is part of the symmetry: every reader of a pre-norm stream sits
+behind an RMSNorm, so multiplying all writers by ``s`` leaves the function unchanged
+(:func:`mechjax.models.transformer.rotate_residual`); ``R`` does not depend on it. Measured: the
+map's explained variance and how far the data determine ``R``
+(:func:`mechjax.align.transfer.measure_alignment`), CKA, the Procrustes distance and mean CCA; a
+TopK SAE per seed and site moved through the map (its within-seed EV is the ceiling) and the
+decoder-row max-cosine score; whether the activations have a privileged basis and whether ``R``
+looks Haar-random or like a signed permutation (:mod:`mechjax.align.haar`; where ``XᵀY`` is
+rank-deficient, ``R`` is arbitrary on its null space and its Haar test is not reported); and the
+transfer of the valid-minus-invalid steering vector by its effect on the target's validity logit
+margin (:func:`mechjax.align.transfer.steering_transfer`).
 
 Adam updates are not rotation-equivariant, SGD (with momentum) updates are, so the answer can depend
-on the optimizer; ``optimizers=("adam", "sgd")`` runs both.
-
-This module is the task and the run; the measurements are in
-:mod:`mechjax.studies.polymorphism_analysis` and the table and figures in
+on the optimizer; ``optimizers=("adam", "sgd")`` runs both. The measurements are in
+:mod:`mechjax.studies.polymorphism_analysis`, the table and figures in
 :mod:`mechjax.studies.polymorphism_report`.
 """
 
@@ -60,6 +49,7 @@ from mechjax.train import loop
 
 NAME = "polymorphism"
 OPTIMIZERS = ("adam", "sgd")
+HEADS = ("token", "depth", "valid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,9 +67,7 @@ class Config(config.Settings):
   # Data: Dyck-k with corrupted sequences, so prefix validity is a non-trivial target.
   k: int = config.setting(3, "Bracket types of the Dyck-k language.", check=config.at_least(1))
   length: int = config.setting(32, "Sequence length (BOS + brackets).", check=config.at_least(2))
-  max_depth: int = config.setting(
-    8, "Largest nesting depth of the Dyck-k sequences.", check=config.at_least(1)
-  )
+  max_depth: int = config.setting(8, "Largest nesting depth.", check=config.at_least(1))
   p_corrupt: float = config.setting(
     0.5,
     "Probability that a sequence has one bracket replaced (validity target).",
@@ -88,9 +76,7 @@ class Config(config.Settings):
   # Model.
   d_model: int = config.setting(64, "Residual-stream width.", check=config.at_least(2))
   num_layers: int = config.setting(2, "Transformer blocks.", check=config.at_least(1))
-  num_heads: int = config.setting(
-    4, "Attention heads per block (must divide d_model).", check=config.at_least(1)
-  )
+  num_heads: int = config.setting(4, "Attention heads per block.", check=config.at_least(1))
   d_mlp: int = config.setting(256, "MLP hidden width.", check=config.at_least(1))
   attn_only: bool = config.setting(False, "Drop the MLPs.")
   # Training.
@@ -162,42 +148,21 @@ def sample(cfg: Config, key: jax.Array, n: int) -> dict[str, jax.Array]:
   )
 
 
-def task_losses(outputs: dict[str, jax.Array], batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-  """Per-head mean cross-entropy and accuracy; the next-token head is masked at the last
-  position."""
-  ce = optax.softmax_cross_entropy_with_integer_labels
-  mask = batch["mask"].astype(jnp.float32)
-  out = {}
-  for head, target, weight in (
-    ("token", batch["next_token"], mask),
-    ("depth", batch["depth"], None),
-    ("valid", batch["valid"].astype(jnp.int32), None),
-  ):
-    logits = outputs[head]
-    w = jnp.ones(target.shape, jnp.float32) if weight is None else weight
-    out[f"{head}_loss"] = jnp.sum(ce(logits, target) * w) / jnp.sum(w)
-    out[f"{head}_acc"] = jnp.sum((jnp.argmax(logits, -1) == target) * w) / jnp.sum(w)
-  return out
-
-
 def make_problem(cfg: Config) -> loop.Problem:
   model = model_of(cfg)
 
-  def init(key):
-    return model.init(key, jnp.zeros((1, cfg.length), jnp.int32))
-
   def loss(params, key):
     batch = sample(cfg, key, cfg.batch_size)
-    m = task_losses(model.apply(params, batch["tokens"]), batch)
-    total = m["token_loss"] + m["depth_loss"] + m["valid_loss"]
-    return total, {k: v for k, v in m.items() if k.endswith("_acc")}
+    m = dyck.losses(model.apply(params, batch["tokens"]), batch)
+    return sum(m[f"{h}_loss"] for h in HEADS), {k: v for k, v in m.items() if k.endswith("_acc")}
 
   def evaluate(params, key):
     batch = sample(cfg, key, 512)
     return {
-      f"test_{k}": v for k, v in task_losses(model.apply(params, batch["tokens"]), batch).items()
+      f"test_{k}": v for k, v in dyck.losses(model.apply(params, batch["tokens"]), batch).items()
     }
 
+  init = lambda key: model.init(key, jnp.zeros((1, cfg.length), jnp.int32))
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
 
 
@@ -226,7 +191,11 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   ``pairs.json`` (every pair's numbers), ``rotations.npz`` (every fitted ``R``), ``table.md`` and
   figures."""
   model = model_of(cfg)
-  summary = {"sites": analysis.analysis_sites(cfg.num_layers), "optimizers": {}}
+  summary = {
+    "sites": analysis.analysis_sites(cfg.num_layers),
+    "optimizers": {},
+    "d_model": cfg.d_model,
+  }
   histories, details, all_rotations = {}, {}, {}
   ctx.plan(len(cfg.optimizers), "optimizer")
   for name in cfg.optimizers:
@@ -235,26 +204,23 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     )
     histories[name] = result.history
 
-    def analysis_stage(result=result):
-      ctx.log(f"{name}: fitting rotations, SAEs and steering vectors")
-      sites, rotations = analysis.analyze(
+    done = ctx.stage(  # {"sites": {site: {"seeds", "pairs", "summary"}}, "rotations"}
+      f"analysis_{name}",
+      lambda: analysis.analyze(
         cfg, model, functools.partial(sample, cfg), result.state["params"], progress=ctx.progress
-      )
-      return {"sites": sites, "rotations": {k: np.asarray(v) for k, v in rotations.items()}}
-
-    done = ctx.stage(f"analysis_{name}", analysis_stage)
+      ),
+    )
     details[name] = {
       site: {"seeds": a["seeds"], "pairs": a["pairs"]} for site, a in done["sites"].items()
     }
     all_rotations.update(
       {f"{name}/{k}": np.asarray(v, np.float32) for k, v in done["rotations"].items()}
     )
-    final = result.history[-1]
     sites = {site: a["summary"] for site, a in done["sites"].items()}
+    ranks = [m["min_cross_covariance_rank"] for m in sites.values()]
+    agreement = [m["rotation_split_half_agreement"] for m in sites.values()]
     summary["optimizers"][name] = {
-      "final_test_acc": {
-        head: float(np.mean(final[f"test_{head}_acc"])) for head in ("token", "depth", "valid")
-      },
+      "final_test_acc": {h: np.mean(result.history[-1][f"test_{h}_acc"]) for h in HEADS},
       "privileged_basis_seeds": analysis.mean_of(
         [m["privileged_basis_seeds"] for m in sites.values()]
       ),
@@ -262,15 +228,11 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       "haar_basis_rejections": analysis.mean_of(
         [m["haar_basis_rejections"] for m in sites.values()]
       ),
-      "min_cross_covariance_rank": min(m["min_cross_covariance_rank"] for m in sites.values()),
-      "max_cross_covariance_rank": max(m["min_cross_covariance_rank"] for m in sites.values()),
-      "split_half_agreement_range": [
-        min(m["rotation_split_half_agreement"] for m in sites.values()),
-        max(m["rotation_split_half_agreement"] for m in sites.values()),
-      ],
+      "min_cross_covariance_rank": min(ranks),
+      "max_cross_covariance_rank": max(ranks),
+      "split_half_agreement_range": [min(agreement), max(agreement)],
       "sites": sites,
     }
-  summary["d_model"] = cfg.d_model
   return frame.Outputs(
     summary,
     figures=lambda folder: report_lib.plot_all(cfg, summary, histories, all_rotations, folder),
@@ -305,8 +267,5 @@ def report(summary: dict) -> list[str]:
 
 
 def _progress_text(row: dict) -> str:
-  return (
-    f"loss {np.mean(row['train_loss']):.3f} | test acc: token "
-    f"{np.mean(row['test_token_acc']):.3f}, "
-    f"depth {np.mean(row['test_depth_acc']):.3f}, valid {np.mean(row['test_valid_acc']):.3f}"
-  )
+  acc = ", ".join(f"{h} {np.mean(row[f'test_{h}_acc']):.3f}" for h in HEADS)
+  return f"loss {np.mean(row['train_loss']):.3f} | test acc: {acc}"

@@ -52,15 +52,6 @@ def tables_markdown(summary: dict) -> str:
   )
 
 
-def _assignment_order(r: np.ndarray) -> np.ndarray:
-  """Column order that puts each row's matched column (linear assignment on ``|R|``) on the
-  diagonal."""
-  from scipy import optimize  # local: only the figures need it
-
-  rows, cols = optimize.linear_sum_assignment(-np.abs(r))
-  return cols[np.argsort(rows)]
-
-
 def captions(cfg) -> dict[str, str]:
   """One line per figure: what its curves, bars and bands are."""
   return {
@@ -82,110 +73,76 @@ def captions(cfg) -> dict[str, str]:
   }
 
 
+# The bar figures' series: {label: the key of a site's summary, or the path to it}.
+DICTIONARY = {
+  "within seed (ceiling)": "sae_ev_within",
+  "cross-seed, raw": "sae_ev_raw",
+  "cross-seed, through sR": "sae_ev_aligned",
+  "decoder max |cos| (raw)": "decoder_max_cos_raw",
+}
+P_VALUES = {"privileged basis of activations (kurtosis)": "basis_p_median"} | {
+  f"R: {stat}": ("haar", stat, "p_median") for stat in HAAR_STATS
+}
+STEERING = {
+  "source vector through sR": "steer_ratio_aligned",
+  "source vector, no R": "steer_ratio_raw",
+  "random vector, same norm": "steer_ratio_random",
+}
+
+
+def _site_value(m: dict, key: str | tuple[str, ...]):
+  for k in (key,) if isinstance(key, str) else key:
+    m = m[k]
+  return m
+
+
 def plot_all(cfg, summary: dict, histories: dict, rotations: dict, figures: str) -> list[str]:
   """Writes the five figures into the folder ``figures``; returns their paths."""
-  written = []
-  opts = list(summary["optimizers"])
+  opts = summary["optimizers"]
   sites = summary["sites"]
-
-  # 1. Training curves: every head's test accuracy, one curve per optimizer.
-  panels = []
-  for head in ("token", "depth", "valid"):
-    curves = [
-      plotting.Curve(
-        np.array([r["step"] for r in histories[o]]),
-        np.array([r[f"test_{head}_acc"] for r in histories[o]], dtype=float),
-        o,
+  panels = [
+    (
+      f"{head} head",
+      [
+        plotting.Curve(
+          np.array([r["step"] for r in histories[o]]),
+          np.array([r[f"test_{head}_acc"] for r in histories[o]], dtype=float),
+          o,
+        )
+        for o in opts
+      ],
+    )
+    for head in ("token", "depth", "valid")
+  ]
+  path = lambda name: os.path.join(figures, name)
+  written = [
+    plotting.curves_figure(panels, path("training.png"), ylabel="test accuracy", xlabel="steps")
+  ]
+  for name, title, series, ylabel, hlines in (
+    ("dictionary_transfer.png", "{}", DICTIONARY, "held-out explained variance / cosine", (0, 1)),
+    ("haar_tests.png", "{}: p-values (median over seeds / pairs)", P_VALUES, "p-value", (0, 0.05)),
+    ("steering_transfer.png", "{}", STEERING, "effect / target's own vector", (0, 1)),
+  ):
+    panels = [
+      (
+        title.format(o),
+        sites,
+        {
+          label: [_site_value(s["sites"][site], key) for site in sites]
+          for label, key in series.items()
+        },
       )
-      for o in opts
+      for o, s in opts.items()
     ]
-    panels.append((f"{head} head", curves))
-  written.append(
-    plotting.curves_figure(
-      panels, os.path.join(figures, "training.png"), ylabel="test accuracy", xlabel="steps"
-    )
-  )
-
-  # 2. Dictionary transfer: within-seed, raw cross-seed and rotated cross-seed EV on held-out data.
-  ev = [
-    (
-      o,
-      sites,
-      {
-        label: [summary["optimizers"][o]["sites"][s][key] for s in sites]
-        for key, label in (
-          ("sae_ev_within", "within seed (ceiling)"),
-          ("sae_ev_raw", "cross-seed, raw"),
-          ("sae_ev_aligned", "cross-seed, through sR"),
-          ("decoder_max_cos_raw", "decoder max |cos| (raw)"),
-        )
-      },
-    )
-    for o in opts
-  ]
-  written.append(
-    plotting.bars_figure(
-      ev,
-      os.path.join(figures, "dictionary_transfer.png"),
-      ylabel="held-out explained variance / cosine",
-      hlines=(0.0, 1.0),
-    )
-  )
-
-  # 3. Haar tests: p-values of every seed pair, per statistic, at each site.
-  pv = []
-  for o in opts:
-    pairs_at = lambda s: summary["optimizers"][o]["sites"][s]["haar"]
-    series = {
-      "privileged basis of activations (kurtosis)": [
-        summary["optimizers"][o]["sites"][s]["basis_p_median"] for s in sites
-      ]
-    }
-    series.update(
-      {f"R: {stat}": [pairs_at(s)[stat]["p_median"] for s in sites] for stat in HAAR_STATS}
-    )
-    pv.append((f"{o}: p-values (median over seeds / pairs)", sites, series))
-  written.append(
-    plotting.bars_figure(
-      pv, os.path.join(figures, "haar_tests.png"), ylabel="p-value", hlines=(0.0, 0.05)
-    )
-  )
-
-  # 4. Steering transfer: effect in the target model relative to the target's own vector.
-  st = [
-    (
-      o,
-      sites,
-      {
-        label: [summary["optimizers"][o]["sites"][s][key] for s in sites]
-        for key, label in (
-          ("steer_ratio_aligned", "source vector through sR"),
-          ("steer_ratio_raw", "source vector, no R"),
-          ("steer_ratio_random", "random vector, same norm"),
-        )
-      },
-    )
-    for o in opts
-  ]
-  written.append(
-    plotting.bars_figure(
-      st,
-      os.path.join(figures, "steering_transfer.png"),
-      ylabel="effect / target's own vector",
-      hlines=(0.0, 1.0),
-    )
-  )
-
-  # 5. The fitted rotation between seeds 0 and 1 at the last site, columns matched to rows: a
-  #    privileged basis shows up as a bright (signed) diagonal; a Haar rotation as noise. A Haar
-  #    sample is shown for reference.
+    written.append(plotting.bars_figure(panels, path(name), ylabel=ylabel, hlines=hlines))
+  # The fitted rotation from seed 0 to seed 1 at the last site, and a Haar sample (see captions).
   site = sites[-1]
   mats = []
   for o in opts:
     r = rotations.get(f"{o}/{site}/0_1")
     if r is not None:
-      mats.append((f"{o}: R (seeds 0→1, {site})", r[:, _assignment_order(r)]))
+      mats.append((f"{o}: R (seeds 0→1, {site})", r[:, haar.nearest_signed_permutation(r)]))
   q = np.asarray(haar.haar_orthogonal(rng.key(cfg.run.seed, "figure-haar-sample"), cfg.d_model))
-  mats.append(("Haar sample, same matching", q[:, _assignment_order(q)]))
-  written.append(plotting.matrices_figure(mats, os.path.join(figures, "rotation_matrices.png")))
+  mats.append(("Haar sample, same matching", q[:, haar.nearest_signed_permutation(q)]))
+  written.append(plotting.matrices_figure(mats, path("rotation_matrices.png")))
   return written

@@ -1,23 +1,23 @@
 """Do two pretrained language models differ by a rotation of the residual stream?
 
 The recipe of "Polymorphism Is Rotation" (McCann 2026) on two checkpoints ``A`` and ``B`` of the
-same width read from disk (two Pythia seeds, say): at every residual site (``resid_pre_0``, each
-``resid_mid_l`` where both models' blocks have one, each ``resid_post_l``; the final norm's output
-is not a residual site and is left out)
+same width read from disk (two Pythia seeds, say), at every residual site both have
+(``resid_pre_0``, each ``resid_mid_l`` where the blocks have one, each ``resid_post_l``; the final
+norm's output is not a residual site):
 
 * the centred orthogonal Procrustes fit ``R = argmin_{R ∈ O(d)} ‖(X_A − μ_A) R − (X_B − μ_B)‖_F``
-  (Schönemann 1966) on the activations of one batch of token windows, its SVD in float64;
-* the explained variance of ``X_B`` on held-out windows, raw (``X_A`` as it is) and through ``R``
-  (``(X_A − μ_A) R + μ_B``), :func:`mechjax.align.transfer.explained_variance`;
+  (Schönemann 1966) on the activations of one batch of token windows, in float64, and the explained
+  variance of ``X_B`` on held-out windows by ``X_A``, raw and through ``R``
+  (:func:`mechjax.align.transfer.measure_alignment`);
 * ``‖R − I‖_F`` beside ``√(2d)``, its value for a Haar-random ``R`` (``E tr R = 0``), and the Haar
   tests of :func:`mechjax.align.haar.haar_test` (is ``R`` random, or close to a signed
   permutation?);
-* steering transfer, measured in ``B``: the steering vector of a next-token concept is the
-  difference of means ``v = mean(x | next token = t*) − mean(x | next token ≠ t*)`` on the fit
-  windows, for ``t*`` the fit windows' most frequent next token. Added at the site (times
-  ``--steer_scale``), it raises ``B``'s mean ``log p(t*)`` on the held-out windows by some effect.
-  The study reports the effect of ``A``'s vector through ``R`` (``v_A R``), raw (``v_A``) and of a
-  random vector of ``v_B``'s norm, each over the effect of ``B``'s own ``v_B``.
+* steering transfer, measured in ``B`` (:func:`mechjax.align.transfer.steering_transfer`): the
+  steering vector of a next-token concept is the difference of means ``v = mean(x | next token =
+  t*) − mean(x | next token ≠ t*)`` on the fit windows, for ``t*`` their most frequent next token.
+  Added at the site (times ``--steer_scale``), it raises ``B``'s mean ``log p(t*)`` on the held-out
+  windows by some effect. The study reports the effect of ``A``'s vector through ``R``, raw and of
+  a random vector of ``v_B``'s norm, each over the effect of ``B``'s own ``v_B``.
 
 Outputs: ``summary.json``, ``rotations.npz`` (``R`` per site) and ``figures/alignment.png``.
 """
@@ -34,7 +34,6 @@ from mechjax import config
 from mechjax import plotting
 from mechjax import rng
 from mechjax.align import haar
-from mechjax.align import procrustes
 from mechjax.align import transfer
 from mechjax.data import tokens as tokens_lib
 from mechjax.models import pretrained
@@ -62,9 +61,7 @@ class Config(config.Settings):
   corpus: str = config.setting("", "The token file (mechjax.data.tokens) the windows come from.")
   seq_len: int = config.setting(64, "Tokens per window.", check=config.at_least(2))
   fit_windows: int = config.setting(
-    64,
-    "Windows whose activations fit R (windows × seq_len should exceed d).",
-    check=config.at_least(2),
+    64, "Windows whose activations fit R (× seq_len ≥ d_model).", check=config.at_least(2)
   )
   held_windows: int = config.setting(
     64, "Further windows every measurement is made on.", check=config.at_least(1)
@@ -79,56 +76,6 @@ class Config(config.Settings):
     199, "Haar rotations in each test's null sample.", check=config.at_least(19)
   )
   seed: int = config.setting(0, "Seed of the windows and the tests.", check=config.at_least(0))
-
-
-def residual_sites(arch_a: pretrained.Arch, arch_b: pretrained.Arch) -> list[str]:
-  """The distinct residual sites both models have (``resid_pre_{l+1}`` is ``resid_post_l``)."""
-  b = set(pretrained.site_names(arch_b))
-  return [
-    s
-    for s in pretrained.site_names(arch_a)
-    if s in b and s.startswith("resid_") and (s == "resid_pre_0" or not s.startswith("resid_pre"))
-  ]
-
-
-def site_activations(model, sites):
-  """``f(params, windows, batch) -> {site: (windows·seq_len, d)}`` in float64, window-major,
-  ``batch`` windows per pass of one compiled forward."""
-  run = jax.jit(
-    lambda p, t: {
-      s: v for s, v in model.apply({"params": p}, t, return_sites=True)[1].items() if s in sites
-    }
-  )
-
-  def activations(params, windows, batch) -> dict[str, np.ndarray]:
-    parts = [
-      jax.device_get(run(params, windows[i : i + batch])) for i in range(0, len(windows), batch)
-    ]
-    return {
-      s: np.concatenate([p[s] for p in parts]).reshape(-1, parts[0][s].shape[-1]).astype(np.float64)
-      for s in sites
-    }
-
-  return activations
-
-
-def _steer_effect_fn(model, sites, target_token):
-  """``f(params, site_index, v, tokens) -> mean log p(target_token)`` over the windows' positions
-  with ``v`` added at ``sites[site_index]``: one compiled program for every site and vector."""
-
-  @jax.jit
-  def run(params, site_index, v, tokens):
-    steer = {s: jnp.where(i == site_index, 1.0, 0.0) * v for i, s in enumerate(sites)}
-    logits = model.apply({"params": params}, tokens, steer=steer)
-    return jnp.mean(jax.nn.log_softmax(logits.astype(jnp.float32))[..., target_token])
-
-  return run
-
-
-def _fit64(x, y) -> procrustes.ProcrustesFit:
-  with jax.enable_x64(True):
-    fit = procrustes.procrustes_fit(x, y, center=True)
-    return jax.tree.map(np.asarray, fit)
 
 
 @frame.study
@@ -161,63 +108,65 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   held_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.held_windows, cfg.seed, "held-windows")
   for arch in (a, b):
     pretrained.check_tokens(arch, fit_w)
-  sites = residual_sites(a, b)
+  in_b = set(pretrained.site_names(b))
+  sites = [s for s in transfer.residual_sites(pretrained.site_names(a)) if s in in_b]
   ctx.log(
     f"{len(sites)} residual sites, d = {d}; {fit_w.size} fit and {held_w.size} held-out tokens"
   )
-  acts = {}
+  chunks = lambda w: [w[i : i + cfg.batch_windows] for i in range(0, len(w), cfg.batch_windows)]
+  acts = {}  # {(model, split): {site: (windows·seq_len, d)}}, float64, window-major
   for name, model, params in (("a", model_a, params_a), ("b", model_b, params_b)):
-    activations = site_activations(model, sites)  # one compilation per model
+    forward = jax.jit(  # one compilation per model
+      lambda p, t, model=model: {
+        s: x for s, x in model.apply({"params": p}, t, return_sites=True)[1].items() if s in sites
+      }
+    )
     for split, w in (("fit", fit_w), ("held", held_w)):
-      acts[name, split] = activations(params, w, cfg.batch_windows)
-  # The concept: the fit windows' most frequent next token; its label at every position but the
-  # last of each window (which has no next token in the window).
-  nxt = fit_w[:, 1:]
-  target_token = int(np.bincount(nxt.ravel()).argmax())
-  has_next = np.zeros(fit_w.shape, bool)
-  has_next[:, :-1] = True
-  labels = np.zeros(fit_w.shape, bool)
-  labels[:, :-1] = nxt == target_token
-  has_next, labels = has_next.ravel(), labels.ravel()
-  effect_fn = _steer_effect_fn(model_b, sites, target_token)
+      parts = [jax.device_get(forward(params, c)) for c in chunks(w)]
+      acts[name, split] = {
+        s: np.concatenate([p[s] for p in parts]).reshape(-1, d).astype(np.float64) for s in sites
+      }
+  # The concept: the fit windows' most frequent next token, labelled at every position but the last
+  # of each window (which has no next token in the window).
+  target_token = np.bincount(fit_w[:, 1:].ravel()).argmax()
+  labels = (fit_w[:, 1:] == target_token).ravel()
+  with_next = lambda x: x.reshape(cfg.fit_windows, cfg.seq_len, d)[:, :-1].reshape(-1, d)
+
+  @jax.jit
+  def mean_log_p(params, site_index, v, tokens):
+    """B's mean ``log p(target_token)`` with ``v`` added at ``sites[site_index]``: one compiled
+    program for every site and vector."""
+    logits = model_b.apply(
+      {"params": params}, tokens, steer=transfer.steer_at(sites, site_index, v)
+    )
+    return jnp.mean(jax.nn.log_softmax(logits.astype(jnp.float32))[..., target_token])
 
   def log_p(site_index, v):
     v = jnp.asarray(cfg.steer_scale * v, jnp.float32)
-    chunks = range(0, len(held_w), cfg.batch_windows)
-    vals = [effect_fn(params_b, site_index, v, held_w[i : i + cfg.batch_windows]) for i in chunks]
-    sizes = [len(held_w[i : i + cfg.batch_windows]) for i in chunks]
-    return float(np.average(np.asarray(vals), weights=sizes))
+    vals = [mean_log_p(params_b, site_index, v, c) for c in chunks(held_w)]
+    return np.average(np.asarray(vals), weights=[len(c) for c in chunks(held_w)])
 
   clean = log_p(0, np.zeros(d))
   rows, rotations = {}, {}
   for si, site in enumerate(sites):
     ctx.log(f"  {site}")
     xa, xb = acts["a", "fit"][site], acts["b", "fit"][site]
-    ya, yb = acts["a", "held"][site], acts["b", "held"][site]
-    fit = _fit64(xa, xb)
-    r = fit.R
-    half = xa.shape[0] // 2  # rows are window-major: the halves hold different windows
-    r1, r2 = _fit64(xa[:half], xb[:half]).R, _fit64(xa[half:], xb[half:]).R
-    mapped = (ya - xa.mean(0)) @ r + xb.mean(0)
-    ev = lambda y, y_hat: float(transfer.explained_variance(jnp.asarray(y), jnp.asarray(y_hat)))
+    v_a, v_b = (transfer.diff_of_means(with_next(x), labels) for x in (xa, xb))
+    random_v = jax.random.normal(rng.key(cfg.seed, "random-steering", si), (d,))
+    with jax.enable_x64(True):  # the fit and the vectors it moves in float64
+      fit, numbers = transfer.measure_alignment(
+        xa, xb, acts["a", "held"][site], acts["b", "held"][site], center=True
+      )
+      vectors, cosines = transfer.steering_transfer(
+        *(np.asarray(x, np.float64) for x in (v_a, v_b, fit.R, random_v))
+      )
+      r, numbers, vectors, cosines = jax.device_get((fit.R, numbers, vectors, cosines))
     tests = haar.haar_test(r, rng.key(cfg.seed, "haar-test", si), num_null=cfg.num_null)
-    v_a = np.asarray(transfer.diff_of_means(xa[has_next], labels[has_next]), np.float64)
-    v_b = np.asarray(transfer.diff_of_means(xb[has_next], labels[has_next]), np.float64)
-    random_v = np.asarray(jax.random.normal(rng.key(cfg.seed, "random-steering", si), (d,)))
-    random_v = random_v * np.linalg.norm(v_b) / np.linalg.norm(random_v)
-    effect = {
-      kind: log_p(si, v) - clean
-      for kind, v in (("native", v_b), ("aligned", v_a @ r), ("raw", v_a), ("random", random_v))
-    }
+    effect = {kind: log_p(si, v) - clean for kind, v in vectors.items()}
     native = effect["native"]
     rows[site] = {
-      "cross_covariance_rank": int(fit.rank),
-      "cross_covariance_condition": float(fit.singular_values[-1] / fit.singular_values[0]),
-      "rotation_split_half_agreement": float(np.trace(r1.T @ r2) / d),
-      "identity_ev_held_out": ev(yb, ya),
-      "aligned_ev_held_out": ev(yb, mapped),
-      "aligned_ev_fit_batch": ev(xb, (xa - xa.mean(0)) @ r + xb.mean(0)),
-      "frobenius_to_identity": float(np.linalg.norm(r - np.eye(d))),
+      **numbers,
+      "frobenius_to_identity": tests["frobenius_to_identity"]["value"],
       "haar": {
         k: {q: t[q] for q in ("value", "null_mean", "null_sd", "p_value")} for k, t in tests.items()
       },
@@ -226,8 +175,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         k: (effect[k] / native if abs(native) > 1e-9 else None)
         for k in ("aligned", "raw", "random")
       },
-      "steer_cos_aligned": float(_cos(v_a @ r, v_b)),
-      "steer_cos_raw": float(_cos(v_a, v_b)),
+      **cosines,
     }
     rotations[site] = r
   summary = {
@@ -236,9 +184,9 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       for name, m, directory in (("a", model_a, cfg.model_a), ("b", model_b, cfg.model_b))
     },
     "d_model": d,
-    "sqrt_2d": float(np.sqrt(2 * d)),
-    "fit_tokens": int(fit_w.size),
-    "held_out_tokens": int(held_w.size),
+    "sqrt_2d": np.sqrt(2 * d),
+    "fit_tokens": fit_w.size,
+    "held_out_tokens": held_w.size,
     "steer_token": target_token,
     "steer_token_log_p": clean,
     "sites": rows,
@@ -255,10 +203,6 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       "the effect of B's own vector (1 = full transfer)."
     },
   )
-
-
-def _cos(u, v) -> float:
-  return float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v) + 1e-30))
 
 
 def report(summary: dict) -> list[str]:
@@ -286,34 +230,28 @@ def report(summary: dict) -> list[str]:
 
 
 def plot(summary: dict, path: str) -> str:
+  """The three panels of the caption, over the sites."""
   plt = plotting.plt
-  sites = list(summary["sites"])
-  rows = [summary["sites"][s] for s in sites]
+  sites, rows = list(summary["sites"]), list(summary["sites"].values())
   x = np.arange(len(sites))
-  fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-  ax = axes[0]
-  ax.plot(x, [r["identity_ev_held_out"] for r in rows], "o-", label="raw")
-  ax.plot(x, [r["aligned_ev_held_out"] for r in rows], "o-", label="through R")
-  ax.set_ylabel("explained variance (held out)")
-  ax.legend(fontsize=8)
-  ax = axes[1]
-  frob = [r["haar"]["frobenius_to_identity"] for r in rows]
-  mean = np.array([f["null_mean"] for f in frob])
-  sd = np.array([f["null_sd"] for f in frob])
-  ax.fill_between(x, mean - 2 * sd, mean + 2 * sd, alpha=0.25, label="Haar null ± 2 sd")
-  ax.axhline(summary["sqrt_2d"], ls="--", c="k", lw=1, label="√(2d)")
-  values = [f["value"] for f in frob]
-  ax.plot(x, values, "o-", label="‖R − I‖_F")
-  ax.set_ylim(0, 1.15 * max(max(values), float(np.max(mean + 2 * sd)), summary["sqrt_2d"]))
-  ax.legend(fontsize=8)
-  ax = axes[2]
-  for kind in ("aligned", "raw", "random"):
-    ratios = [r["steer_ratio"][kind] for r in rows]
-    ax.plot(x, [np.nan if v is None else v for v in ratios], "o-", label=kind)
-  ax.axhline(1.0, ls=":", c="k", lw=1)
-  ax.set_ylabel("steering effect / B's own")
-  ax.legend(fontsize=8)
-  for ax in axes:
+  fig, (ev, frob, steer) = plt.subplots(1, 3, figsize=(13, 3.6))
+  ev.plot(x, [r["identity_ev_held_out"] for r in rows], "o-", label="raw")
+  ev.plot(x, [r["aligned_ev_held_out"] for r in rows], "o-", label="through R")
+  ev.set_ylabel("explained variance (held out)")
+  tests = [r["haar"]["frobenius_to_identity"] for r in rows]
+  mean, sd = (np.array([t[k] for t in tests]) for k in ("null_mean", "null_sd"))
+  frob.fill_between(x, mean - 2 * sd, mean + 2 * sd, alpha=0.25, label="Haar null ± 2 sd")
+  frob.axhline(summary["sqrt_2d"], ls="--", c="k", lw=1, label="√(2d)")
+  values = [t["value"] for t in tests]
+  frob.plot(x, values, "o-", label="‖R − I‖_F")
+  frob.set_ylim(0, 1.15 * max(max(values), float(np.max(mean + 2 * sd)), summary["sqrt_2d"]))
+  for kind in ("aligned", "raw", "random"):  # None (no effect of B's own vector) is not drawn
+    ratios = np.array([r["steer_ratio"][kind] for r in rows], dtype=float)
+    steer.plot(x, ratios, "o-", label=kind)
+  steer.axhline(1.0, ls=":", c="k", lw=1)
+  steer.set_ylabel("steering effect / B's own")
+  for ax in (ev, frob, steer):
+    ax.legend(fontsize=8)
     ax.set_xticks(x, sites, rotation=45, ha="right", fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=110)

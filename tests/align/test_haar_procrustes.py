@@ -149,6 +149,14 @@ def test_signed_permutation_passes_the_old_tests_and_fails_the_new_ones(d):
   assert res["max_abs_entry_per_row"]["p_value"] <= 0.01
 
 
+def test_nearest_signed_permutation_puts_the_matched_entries_on_the_diagonal():
+  rng = np.random.default_rng(1)
+  p = np.eye(6)[rng.permutation(6)] * rng.choice([-1.0, 1.0], 6)[:, None]
+  r = p @ scipy.linalg.expm(0.1 * (lambda a: a - a.T)(rng.normal(size=(6, 6))))  # near p
+  np.testing.assert_array_equal(np.abs(p[:, H.nearest_signed_permutation(r)]), np.eye(6))
+  np.testing.assert_allclose(H.signed_permutation_distance(r), np.linalg.norm(r - p), rtol=0.05)
+
+
 @pytest.mark.slow
 def test_a_reflection_is_tested_against_reflections(precision):
   r = np.array(H.haar_orthogonal(jax.random.PRNGKey(3), 5, special=True), np.float64)

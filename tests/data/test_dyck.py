@@ -50,3 +50,18 @@ def test_uncorrupted_sequences_are_valid_and_corruption_breaks_about_half():
 def test_bad_arguments():
   with pytest.raises(ValueError, match="p_open"):
     dyck.sample_dyck(jax.random.PRNGKey(0), 2, p_open=1.0)
+
+
+def test_losses_of_the_three_targets():
+  batch = dyck.sample_dyck(jax.random.PRNGKey(3), 8, length=12, k=3, max_depth=4)
+  classes = {"token": dyck.vocab_size(3), "depth": 5, "valid": 2}
+  targets = {"token": batch["next_token"], "depth": batch["depth"], "valid": batch["valid"] * 1}
+  right = {h: 20.0 * jax.nn.one_hot(targets[h], n) for h, n in classes.items()}
+  # The last position has no next token: a wrong guess there does not count.
+  right["token"] = right["token"].at[:, -1].set(20.0 * jax.nn.one_hot(2, classes["token"]))
+  out = dyck.losses(right, batch)
+  for h in classes:
+    assert float(out[f"{h}_acc"]) == 1.0 and float(out[f"{h}_loss"]) < 1e-6, h
+  uniform = dyck.losses({h: np.zeros((8, 12, n)) for h, n in classes.items()}, batch)
+  for h, n in classes.items():
+    np.testing.assert_allclose(uniform[f"{h}_loss"], np.log(n), rtol=1e-5)

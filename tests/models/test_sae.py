@@ -8,7 +8,9 @@ from mechjax.align.transfer import explained_variance
 from mechjax.models.sae import SAE
 from mechjax.models.sae import decoder
 from mechjax.models.sae import kth_largest
+from mechjax.models.sae import max_cosine
 from mechjax.models.sae import sae_loss
+from mechjax.models.sae import train_saes
 from mechjax.train import loop
 
 D, M, TRUE = 16, 32, 12
@@ -73,3 +75,28 @@ def test_kth_largest_matches_lax_top_k_including_ties(k):
   expected = jax.lax.top_k(f, k)[0][..., -1:]
   np.testing.assert_array_equal(kth_largest(f, k, iterative=True), expected)
   np.testing.assert_array_equal(kth_largest(f, k), expected)
+
+
+def test_max_cosine_scores_the_live_rows_only():
+  dec = np.asarray(_true_dictionary())
+  live = np.ones(TRUE, bool)
+  np.testing.assert_allclose(max_cosine(dec, dec, live, live), 1.0, rtol=1e-6)
+  q = np.asarray(jax.random.orthogonal(jax.random.PRNGKey(3), D))
+  assert float(max_cosine(dec @ q, dec, live, live)) < 0.9
+  # A dead row of the second dictionary is no match, and dead rows of the first are not scored.
+  dead_b = live.copy()
+  dead_b[0] = False
+  assert float(max_cosine(dec[:1], dec, live[:1], dead_b)) < 0.99
+  np.testing.assert_allclose(max_cosine(dec, dec @ q, live & ~live, live), 0.0)
+
+
+def test_train_saes_trains_one_sae_per_buffer_in_one_program():
+  keys = jax.random.split(jax.random.PRNGKey(8), 2)
+  buffers = jnp.stack([_sparse_batch(keys[0], 512), 3.0 * _sparse_batch(keys[1], 512)])
+  model = SAE(M, top_k=3)
+  params, mse = train_saes(model, buffers, jax.random.PRNGKey(9), steps=300, batch_size=64, lr=1e-2)
+  assert mse.shape == (2,) and jax.tree.leaves(params)[0].shape[0] == 2
+  for m in range(2):
+    one = jax.tree.map(lambda a: a[m], params)
+    ev = explained_variance(buffers[m], model.apply(one, buffers[m])[0])
+    assert float(ev) > 0.8, (m, float(ev))

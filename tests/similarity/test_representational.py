@@ -6,6 +6,7 @@ import pytest
 
 from mechjax.similarity.representational import linear_cka
 from mechjax.similarity.representational import mean_cca
+from mechjax.similarity.representational import participation_ratio
 from mechjax.similarity.representational import procrustes_distance
 
 RNG = np.random.default_rng(0)
@@ -70,3 +71,16 @@ def test_mean_cca_is_invariant_to_invertible_maps():
 def test_shape_errors():
   with pytest.raises(ValueError, match="same n"):
     linear_cka(np.ones((5, 3)), np.ones((6, 3)))
+
+
+def test_participation_ratio_counts_the_directions_that_carry_variance():
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(20000, 6))
+  assert abs(participation_ratio(x) - 6) < 0.1  # isotropic: every direction
+  assert abs(participation_ratio(x * [1, 1, 1, 0, 0, 0]) - 3) < 0.05
+  assert abs(participation_ratio(np.outer(rng.normal(size=500), rng.normal(size=6))) - 1) < 1e-9
+  q = np.linalg.qr(rng.normal(size=(6, 6)))[0]
+  z = x * [3, 2, 1, 1, 0.5, 0.1]  # (Σλ)²/Σλ² of the variances, and rotation- and scale-invariant
+  lam = np.array([9, 4, 1, 1, 0.25, 0.01])
+  assert abs(participation_ratio(z) - lam.sum() ** 2 / np.sum(lam**2)) < 0.05
+  np.testing.assert_allclose(participation_ratio(5 * z @ q), participation_ratio(z), rtol=1e-9)

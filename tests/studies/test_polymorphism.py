@@ -32,6 +32,9 @@ CFG = study.Config().replace(
   sae_steps=200,
   num_null=59,
 )
+# The end-to-end run: as small as the pipeline allows (one chunk of training, one checkpoint, 16
+# sequences per batch). Its time is mostly compiling the training and analysis programs, which no
+# size below this makes cheaper.
 TINY = [
   "--length=16",
   "--max_depth=4",
@@ -39,13 +42,13 @@ TINY = [
   "--num_heads=2",
   "--d_mlp=32",
   "--num_seeds=2",
-  "--fit_sequences=32",
-  "--eval_sequences=32",
+  "--fit_sequences=16",
+  "--eval_sequences=16",
   "--sae_latents=32",
   "--sae_top_k=4",
-  "--sae_steps=50",
+  "--sae_steps=20",
   "--num_null=59",
-  "--steps=40",
+  "--steps=20",
   "--log_every=20",
   "--checkpoint_every=20",
 ]
@@ -71,10 +74,20 @@ def planted():
     rotate_residual(params, p, CFG.num_layers),
   ]
   params_S = jax.tree.map(lambda *a: jnp.stack(a), *seeds)
-  analysis, rotations = analysis_lib.analyze(
+  out = analysis_lib.analyze(
     CFG, model, functools.partial(study.sample, CFG), params_S, progress=False
   )
-  return analysis, rotations, q, p
+  return out["sites"], out["rotations"], q, p
+
+
+def test_the_sites_are_the_distinct_points_of_the_stream():
+  assert analysis_lib.analysis_sites(2) == [
+    "resid_pre_0",
+    "resid_mid_0",
+    "resid_post_0",
+    "resid_mid_1",
+    "resid_post_1",
+  ]
 
 
 @pytest.mark.slow
@@ -143,13 +156,7 @@ def test_experiment_writes_the_table_and_figures(tmp_path):
   assert len(check_report(wd)) == 5
   summary = json.loads((wd / "summary.json").read_text())
   sites = summary["optimizers"]["sgd"]["sites"]
-  assert summary["sites"] == [
-    "resid_pre_0",
-    "resid_mid_0",
-    "resid_post_0",
-    "resid_mid_1",
-    "resid_post_1",
-  ]
+  assert summary["sites"] == analysis_lib.analysis_sites(2)
   assert set(sites) == set(summary["sites"])
   for m in sites.values():
     assert all(
