@@ -245,29 +245,6 @@ def _tiny_attn_model():
 
 
 @pytest.mark.slow
-def test_head_masks_select_exactly_one_head():
-  model = _tiny_attn_model()
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
-  masks = ind.head_masks(params, num_layers=2, num_heads=2)
-  assert list(masks) == ["L0H0", "L0H1", "L1H0", "L1H1"]
-  total = jax.tree.map(lambda *m: sum(m), *masks.values())
-  attn = total["params"]["attn_1"]
-  # The heads partition every attention weight (each entry in exactly one mask) and touch nothing
-  # else.
-  for name in ("query", "key", "value", "out"):
-    assert np.all(np.asarray(attn[name]["kernel"]) == 1)
-  assert np.all(np.asarray(total["params"]["embed"]["embedding"]) == 0)
-  m = masks["L1H0"]["params"]["attn_1"]
-  assert np.all(np.asarray(m["query"]["kernel"])[:, 0] == 1) and np.all(
-    np.asarray(m["query"]["kernel"])[:, 1] == 0
-  )
-  assert np.all(np.asarray(m["out"]["kernel"])[0] == 1) and np.all(
-    np.asarray(m["out"]["kernel"])[1] == 0
-  )
-  assert np.all(np.asarray(masks["L0H0"]["params"]["attn_1"]["query"]["kernel"]) == 0)
-
-
-@pytest.mark.slow
 def test_repeats_copy_the_first_half_and_the_prefix_matching_score_finds_an_induction_head():
   data = repeats.sample(jax.random.PRNGKey(0), 64, 8, 16, 0.5)
   tok, rep = np.asarray(data["tokens"]), np.asarray(data["repeat"]).astype(bool)
