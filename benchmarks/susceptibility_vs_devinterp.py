@@ -407,6 +407,7 @@ def check_same_loss(inputs: dict) -> tuple[float, float]:
   import torch
   from devinterp.slt.lm_loss import compute_per_token_loss
 
+  from mechjax.models import transformer
   from mechjax.studies import patterning_induction as study
 
   cfg = study_config()
@@ -414,8 +415,9 @@ def check_same_loss(inputs: dict) -> tuple[float, float]:
     theirs = compute_per_token_loss(
       TorchAttnOnly.build(inputs, cfg), torch.from_numpy(inputs["probes"]).long()
     ).numpy()
+  net = study.model_of(cfg)
   ours = np.asarray(
-    study.Model(cfg).per_token_loss(jax_params(inputs), {"tokens": jnp.asarray(inputs["probes"])})
+    transformer.next_token_losses(net, jax_params(inputs), jnp.asarray(inputs["probes"]))
   )
   if not np.allclose(theirs, ours, rtol=1e-4, atol=1e-5):
     raise AssertionError(

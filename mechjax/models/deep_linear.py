@@ -29,11 +29,16 @@ def init(key: jax.Array, widths: Sequence[int], scale: float) -> dict[str, jax.A
 
 
 def forward(params: dict, x: jax.Array) -> jax.Array:
-  """``x W_1 ⋯ W_L``, multiplied from the left; ``forward(params, eye)`` is the product."""
+  """``x W_1 ⋯ W_L``, multiplied from the left."""
   out = x
   for i in range(len(params)):
     out = out @ params[f"W{i + 1}"]
   return out
+
+
+def product(params: dict) -> jax.Array:
+  """The end-to-end matrix ``W_1 ⋯ W_L`` (``H_0 × H_L``), as :func:`forward` of the identity."""
+  return forward(params, jnp.eye(params["W1"].shape[0]))
 
 
 def half_mse(params: dict, batch: dict) -> jax.Array:

@@ -30,6 +30,7 @@ holding a row per seed and ``γ``; an interrupted run resumes after the last com
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 
 import jax
@@ -50,6 +51,7 @@ from mechjax.train import loop
 
 NAME = "llc_dynamics"
 RUN = "dln"
+DIAGNOSTICS = ("fraction_below_init_loss", "mala_acceptance", "distance_mean")  # in llc.jsonl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,12 +153,6 @@ def make_data(cfg: Config) -> dict:
   return {"x": x, "y": y}
 
 
-def learned_modes(cfg: Config, params: dict) -> jax.Array:
-  """How many teacher modes the network's product has learned (:func:`~mechjax.models.deep_linear.
-  learned_modes`)."""
-  return dln.learned_modes(dln.forward(params, jnp.eye(cfg.widths[0])), cfg.singular_values)
-
-
 def make_problem(cfg: Config, data: dict) -> loop.Problem:
   def loss(params, key):
     idx = jax.random.randint(key, (cfg.batch_size,), 0, cfg.n)
@@ -164,7 +160,8 @@ def make_problem(cfg: Config, data: dict) -> loop.Problem:
 
   def evaluate(params, key):
     del key
-    return {"full_loss": dln.half_mse(params, data), "learned_modes": learned_modes(cfg, params)}
+    modes = dln.learned_modes(dln.product(params), cfg.singular_values)
+    return {"full_loss": dln.half_mse(params, data), "learned_modes": modes}
 
   init = lambda key: dln.init(key, cfg.widths, cfg.init_scale)
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
@@ -200,7 +197,7 @@ def estimate_checkpoints(
     stack = jax.tree.map(lambda *a: jnp.concatenate(a), *[params_by_step[s] for s in padded])
     keys = jnp.concatenate([seed_keys] * len(padded))
     loss_at = jax.vmap(dln.half_mse, in_axes=(0, None))(stack, data)
-    modes = jax.vmap(lambda p: learned_modes(cfg, p))(stack)
+    modes = jax.vmap(lambda p: dln.learned_modes(dln.product(p), cfg.singular_values))(stack)
     by_gamma = {
       gamma: llc_lib.estimate_llc_batch(
         dln.half_mse, stack, data, key=keys, settings=cfg.sgld, localization=gamma
@@ -208,25 +205,21 @@ def estimate_checkpoints(
       for gamma in cfg.localizations
     }
     new = {step: [] for step in group}
-    for i, step in enumerate(group):
-      for seed in seeds:
-        b = i * len(seeds) + seed
-        for gamma, res in by_gamma.items():
-          d = res.diagnostics
-          new[step].append(
-            {
-              "step": step,
-              "seed": seed,
-              "localization": gamma,
-              "llc_mean": res.llc_mean[b],
-              "llc_std": res.llc_std[b],
-              "llc_per_chain": res.llc_per_chain[b],
-              "loss": loss_at[b],
-              "learned_modes": modes[b],
-              **{k: d[k][b] for k in ("fraction_below_init_loss", "mala_acceptance")},
-              "distance_mean": d["distance_mean"][b],
-            }
-          )
+    for b, (step, seed) in enumerate(itertools.product(group, seeds)):  # the points' order
+      for gamma, res in by_gamma.items():
+        new[step].append(
+          {
+            "step": step,
+            "seed": seed,
+            "localization": gamma,
+            "llc_mean": res.llc_mean[b],
+            "llc_std": res.llc_std[b],
+            "llc_per_chain": res.llc_per_chain[b],
+            "loss": loss_at[b],
+            "learned_modes": modes[b],
+            **{k: res.diagnostics[k][b] for k in DIAGNOSTICS},
+          }
+        )
     seed0 = new[group[-1]][: len(cfg.localizations)]  # seed 0's rows come first
     text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in seed0)
     ctx.log(
@@ -348,10 +341,7 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   )
   ax_llc.grid(alpha=0.3)
   ax_llc.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)
 
 
 @frame.study
@@ -365,8 +355,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     optax.sgd(cfg.learning_rate),
     keep_checkpoints=None,
     summarize=lambda row: (
-      f"loss {np.mean(row['full_loss']):.4f} | learned modes "
-      f"{np.asarray(row['learned_modes']).tolist()}"
+      f"loss {np.mean(row['full_loss']):.4f} | learned modes {row['learned_modes']}"
     ),
   )
   rows = estimate_checkpoints(cfg, ctx, data, result)

@@ -6,7 +6,7 @@ arXiv:2504.18274).
 Data (:mod:`mechjax.data.repeats`): uniform random sequences, a fraction of which repeat their first
 half. Induction heads let a model copy in the second half; the **repeat loss** (next-token loss at
 the induction positions of repeated sequences) falls from ``ln(vocab)`` when they form, and the
-**prefix- matching score** of the best second-layer head (attention from a token to the one after
+**prefix-matching score** of the best second-layer head (attention from a token to the one after
 its earlier occurrence) rises. The **formation step** of a run is the first step (linearly
 interpolated between logged steps) at which its repeat loss falls below ``formation_fraction ·
 ln(vocab)``; the fraction is fixed in advance (default one half), not fitted to the outcome.
@@ -33,12 +33,11 @@ The study:
    tokens).
 5. **Retraining** ``num_seeds`` seeds per condition with the unweighted run's seed keys, and
    comparing formation steps seed by seed. A fourth condition, ``random``, moves the same total
-   variation of weight
-   along a random direction: the control for "any re-weighting of this size shifts formation".
+   variation of weight along a random direction: the control for "any re-weighting of this size
+   shifts formation".
 
-Outputs in the workdir: ``metrics.jsonl``, ``susceptibility.npz`` (χ and its standard error; reused
-on resume), ``summary.json``, ``figures/induction_susceptibility.png`` and
-``figures/induction_formation.png``.
+Outputs in the workdir: ``metrics.jsonl``, ``susceptibility.npz`` (χ, its standard error, the heads'
+LLCs; reused on resume), ``summary.json`` and ``figures/induction_{susceptibility,formation}.png``.
 """
 
 from __future__ import annotations
@@ -225,13 +224,11 @@ def make_problem(cfg: Config, net: transformer.Transformer, token_weights) -> lo
 
   def evaluate(params, key):
     del key
-    rep, rnd = (
-      transformer.next_token_losses(net, params, evals[k]) for k in ("repeated", "random")
-    )
+    at_ind = {k: transformer.next_token_losses(net, params, t)[:, ind] for k, t in evals.items()}
     patterns = transformer.attention_patterns(net, params, evals["repeated"])
     return {
-      "repeat_loss": jnp.mean(rep[:, ind]),
-      "random_loss": jnp.mean(rnd[:, ind]),
+      "repeat_loss": jnp.mean(at_ind["repeated"]),
+      "random_loss": jnp.mean(at_ind["random"]),
       "prefix_matching": jnp.max(repeats.prefix_matching_score(patterns[-1])),
     }
 
@@ -264,7 +261,8 @@ def susceptibilities(cfg: Config, net: transformer.Transformer, w_star) -> dict[
   )
   half = cfg.probe_sequences // 2
   res = sus.estimate_susceptibilities(
-    functools.partial(transformer.next_token_losses, net),
+    # Jitted: the losses at w* outside the sampler's program are then one program each.
+    jax.jit(functools.partial(transformer.next_token_losses, net)),
     w_star,
     data["tokens"],
     jnp.concatenate(list(fixed_tokens(cfg, "probe", half).values())),
@@ -476,10 +474,7 @@ def plot_susceptibility(cfg: Config, chi: dict, direction: dict, dists: dict, pa
   ax.set_ylabel("weight / base weight")
   ax.legend(fontsize=7)
   ax.grid(alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)
 
 
 def plot_formation(
@@ -510,7 +505,4 @@ def plot_formation(
     f"{cfg.run.num_seeds} seeds per condition (thin: each seed; dotted: formation steps)",
     fontsize=10,
   )
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)

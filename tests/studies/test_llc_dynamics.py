@@ -86,8 +86,8 @@ def test_experiment_writes_summary_and_figure(tmp_path, run_cli):
   assert os.path.getsize(tmp_path / "run" / "figures" / "llc_dynamics.png") > 10_000
   assert check_report(tmp_path / "run") == ["figures/llc_dynamics.png"]
   assert "final LLC" in done.stdout
-  bad = run_cli("experiments.llc_dynamics", f"--workdir={tmp_path / 'bad'}", "--widths=3,0,3")
-  assert bad.returncode == 2 and "widths" in bad.stderr
+  # A refused setting stops the command before anything is written (each refused value is checked
+  # in-process in tests/test_config.py).
   too_deep = run_cli(
     "experiments.llc_dynamics",
     f"--workdir={tmp_path / 'bad'}",
