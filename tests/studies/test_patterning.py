@@ -307,9 +307,9 @@ def test_induction_direction_points_to_the_induction_positions_and_reweighting_i
   assert abs(np.corrcoef(dists["random"] - dists["unweighted"], d["direction"])[0, 1]) < 0.9
 
 
-# Most of the end-to-end test's time is compiling. The probes and the posterior's evaluation subset
-# are both 8 sequences, and the probe and evaluation sets are 4 of each kind, so each shape's
-# programs are compiled once.
+# Most of the end-to-end test's time is compiling, once per shape: the posterior's 8 sequences are
+# all of its evaluation set (eval_size >= n) and as many as the probes, and the probe and
+# evaluation sets are 4 sequences of each kind.
 TINY_INDUCTION = dict(
   vocab=8,
   length=8,
@@ -321,7 +321,7 @@ TINY_INDUCTION = dict(
   checkpoint_every=10,
   chi_step=10,
   num_seeds=2,
-  n=64,
+  n=8,
   probe_sequences=8,
   eval_sequences=4,
   chains=2,
