@@ -99,15 +99,15 @@ def run_batch(inputs) -> dict:
   mechjax.use_all_cpu_cores()
   import jax.numpy as jnp
 
+  from mechjax.models import deep_linear
   from mechjax.slt import llc
-  from mechjax.studies import llc_dynamics as study
 
   stack = {k: jnp.asarray(inputs[k]) for k in inputs if k.startswith("W")}
   data = {"x": jnp.asarray(inputs["x"]), "y": jnp.asarray(inputs["y"])}
   num_points = stack["W1"].shape[0]
   t0 = time.perf_counter()
   res = llc.estimate_llc_batch(
-    study.half_mse,
+    deep_linear.half_mse,
     stack,
     data,
     key=point_keys(num_points),
@@ -130,8 +130,8 @@ def run_loop(inputs) -> dict:
   mechjax.use_all_cpu_cores()
   import jax.numpy as jnp
 
+  from mechjax.models import deep_linear
   from mechjax.slt import llc
-  from mechjax.studies import llc_dynamics as study
 
   data = {"x": jnp.asarray(inputs["x"]), "y": jnp.asarray(inputs["y"])}
   names = sorted(k for k in inputs if k.startswith("W"))
@@ -141,7 +141,7 @@ def run_loop(inputs) -> dict:
   means, stds = [], []
   for b in range(num_points):
     res = llc.estimate_llc(
-      study.half_mse,
+      deep_linear.half_mse,
       {k: jnp.asarray(inputs[k][b]) for k in names},
       data,
       key=keys[b],

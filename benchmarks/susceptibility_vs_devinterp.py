@@ -39,6 +39,7 @@ second half: what two estimates that differ by Monte-Carlo error alone look like
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -106,10 +107,11 @@ def make_inputs(cfg) -> dict[str, np.ndarray]:
 
   from mechjax import rng
   from mechjax.data import repeats
+  from mechjax.models import transformer
   from mechjax.studies import patterning_induction as study
 
-  model = study.Model(cfg)
-  params = model.init(rng.key(cfg.run.seed, "init"))
+  net = study.model_of(cfg)
+  params = study.make_problem(cfg, net, np.ones(cfg.num_groups)).init(rng.key(cfg.run.seed, "init"))
   opt = optax.adam(cfg.learning_rate)
 
   @jax.jit
@@ -117,7 +119,7 @@ def make_inputs(cfg) -> dict[str, np.ndarray]:
     def step(carry, key):
       p, s = carry
       batch = repeats.sample(key, cfg.batch_size, cfg.length, cfg.vocab, cfg.repeat_fraction)
-      g = jax.grad(lambda q: jnp.mean(model.per_token_loss(q, batch)))(p)
+      g = jax.grad(lambda q: jnp.mean(transformer.next_token_losses(net, q, batch["tokens"])))(p)
       u, s = opt.update(g, s, p)
       return (optax.apply_updates(p, u), s), None
 
@@ -148,7 +150,7 @@ def make_inputs(cfg) -> dict[str, np.ndarray]:
   out["eval"] = out["data"][eval_idx]
   for path, leaf in jax.tree_util.tree_leaves_with_path(params):
     out["w/" + flat_name(path)] = np.asarray(leaf)
-  for name, mask in study.head_masks(params, cfg.num_layers, cfg.num_heads).items():
+  for name, mask in transformer.head_masks(params, cfg.num_layers, cfg.num_heads).items():
     for path, leaf in jax.tree_util.tree_leaves_with_path(mask):
       if np.any(leaf):
         out[f"mask/{name}/{flat_name(path)}"] = np.asarray(leaf)
@@ -163,7 +165,8 @@ def jax_params(inputs: dict):
   from mechjax.studies import patterning_induction as study
 
   cfg = study_config()
-  template = jax.eval_shape(study.Model(cfg).init, jax.random.key(0))
+  init = study.make_problem(cfg, study.model_of(cfg), np.ones(cfg.num_groups)).init
+  template = jax.eval_shape(init, jax.random.key(0))
   return jax.tree_util.tree_map_with_path(
     lambda path, _: jnp.asarray(inputs["w/" + flat_name(path)]), template
   )
@@ -183,20 +186,21 @@ def run_mechjax(inputs: dict, chains: int, draws: int, out_path: str) -> dict:
   import jax
   import jax.numpy as jnp
 
+  from mechjax.models import transformer
   from mechjax.slt import susceptibility
   from mechjax.studies import patterning_induction as study
 
   cfg = study_config()
   params = jax_params(inputs)
-  masks = study.head_masks(params, cfg.num_layers, cfg.num_heads)
+  masks = transformer.head_masks(params, cfg.num_layers, cfg.num_heads)
   res = susceptibility.estimate_susceptibilities(
-    study.Model(cfg).per_token_loss,
+    functools.partial(transformer.next_token_losses, study.model_of(cfg)),
     params,
-    {"tokens": jnp.asarray(inputs["data"])},
-    {"tokens": jnp.asarray(inputs["probes"])},
+    jnp.asarray(inputs["data"]),
+    jnp.asarray(inputs["probes"]),
     key=jax.random.key(0),
     components={"full": None, **masks},
-    eval_data={"tokens": jnp.asarray(inputs["eval"])},
+    eval_data=jnp.asarray(inputs["eval"]),
     **settings(cfg, chains, draws),
   )
   np.savez(
@@ -403,6 +407,7 @@ def check_same_loss(inputs: dict) -> tuple[float, float]:
   import torch
   from devinterp.slt.lm_loss import compute_per_token_loss
 
+  from mechjax.models import transformer
   from mechjax.studies import patterning_induction as study
 
   cfg = study_config()
@@ -410,8 +415,9 @@ def check_same_loss(inputs: dict) -> tuple[float, float]:
     theirs = compute_per_token_loss(
       TorchAttnOnly.build(inputs, cfg), torch.from_numpy(inputs["probes"]).long()
     ).numpy()
+  net = study.model_of(cfg)
   ours = np.asarray(
-    study.Model(cfg).per_token_loss(jax_params(inputs), {"tokens": jnp.asarray(inputs["probes"])})
+    transformer.next_token_losses(net, jax_params(inputs), jnp.asarray(inputs["probes"]))
   )
   if not np.allclose(theirs, ours, rtol=1e-4, atol=1e-5):
     raise AssertionError(

@@ -9,6 +9,8 @@ i.i.d. uniform, so the loss there is ``ln(vocab)`` for any model.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,12 +25,13 @@ def _check(length: int, vocab: int, repeat_fraction: float) -> None:
     raise ValueError(f"repeat_fraction must be in [0, 1]; got {repeat_fraction!r}")
 
 
+@functools.partial(jax.jit, static_argnames=("num", "length", "vocab", "repeat_fraction"))
 def sample(
   key: jax.Array, num: int, length: int, vocab: int, repeat_fraction: float = 0.5
 ) -> dict[str, jax.Array]:
   """``{"tokens": (num, length) int32, "repeat": (num,) int32}``; each sequence repeats with
-  probability ``repeat_fraction`` (``repeat = 1``). Jit-friendly: ``num``, ``length`` and ``vocab``
-  must be static."""
+  probability ``repeat_fraction`` (``repeat = 1``). One compiled program per ``num``, ``length``,
+  ``vocab`` and ``repeat_fraction`` (static), inlined when called inside another."""
   _check(length, vocab, repeat_fraction)
   k_tok, k_rep = jax.random.split(key)
   tokens = jax.random.randint(k_tok, (num, length), 0, vocab, dtype=jnp.int32)

@@ -1,7 +1,8 @@
 """The models the studies train, as flax modules: two-layer MLPs, bilinear networks (with their
 weight symmetries and the export to layers for tensor similarity), a small transformer and a
-top-k sparse autoencoder; and pretrained GPT-2, GPT-NeoX (Pythia), Llama and Qwen2 checkpoints read
-from a Hugging Face directory (:mod:`mechjax.models.pretrained`).
+top-k sparse autoencoder; deep linear networks, as plain functions (:mod:`mechjax.models.
+deep_linear`); and pretrained GPT-2, GPT-NeoX (Pythia), Llama and Qwen2 checkpoints read from a
+Hugging Face directory (:mod:`mechjax.models.pretrained`).
 
 Example::
 
@@ -13,6 +14,7 @@ Example::
 
 from mechjax.models import bilinear
 from mechjax.models import convert
+from mechjax.models import deep_linear
 from mechjax.models import mlp
 from mechjax.models import pretrained
 from mechjax.models import sae
@@ -36,6 +38,7 @@ __all__ = [
   "TwoLayer",
   "bilinear",
   "convert",
+  "deep_linear",
   "mlp",
   "pretrained",
   "sae",

@@ -22,6 +22,8 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 
 
 def leading(v: jax.Array, x: jax.Array) -> jax.Array:
@@ -134,6 +136,37 @@ def attention_patterns(model: Transformer, params, tokens_BxT) -> jax.Array:
   return jnp.stack(
     [state["intermediates"][f"attn_{l}"]["attention"][0] for l in range(model.num_layers)]
   )
+
+
+def next_token_losses(model: Transformer, params, tokens_BxT, head: str = "token") -> jax.Array:
+  """The cross-entropy of each next token under readout ``head``, ``(B, T − 1)``: position ``t``
+  predicts token ``t + 1``."""
+  logits = model.apply(params, tokens_BxT)[head][:, :-1]
+  return optax.softmax_cross_entropy_with_integer_labels(logits, tokens_BxT[:, 1:])
+
+
+def head_masks(params, num_layers: int, num_heads: int) -> dict[str, dict]:
+  """0/1 masks like ``params``, one per attention head, for the weight-restricted LLC and
+  susceptibilities (``components=`` of :func:`mechjax.slt.estimate_susceptibilities`; the
+  counterpart of :func:`mechjax.models.pretrained.component_masks`). ``"L{l}H{h}"`` selects head
+  ``h`` of layer ``l``: its columns of the query, key and value kernels and its rows of the output
+  kernel. The heads partition the attention weights and touch nothing else."""
+  masks = {}
+  for layer in range(num_layers):
+    for head in range(num_heads):
+
+      def one(path, leaf, layer=layer, head=head):
+        names = [getattr(k, "key", str(k)) for k in path]
+        m = np.zeros(leaf.shape, np.float32)
+        if f"attn_{layer}" in names:
+          if names[-2] in ("query", "key", "value"):
+            m[:, head] = 1
+          elif names[-2] == "out":
+            m[head] = 1
+        return jnp.asarray(m)
+
+      masks[f"L{layer}H{head}"] = jax.tree_util.tree_map_with_path(one, params)
+  return masks
 
 
 def site_names(num_layers: int) -> list[str]:

@@ -30,8 +30,8 @@ holding a row per seed and ``γ``; an interrupted run resumes after the last com
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -42,15 +42,16 @@ from mechjax import config
 from mechjax import plotting
 from mechjax import rng
 from mechjax.config import ConfigError
+from mechjax.models import deep_linear as dln
 from mechjax.slt import closed_forms as cf
 from mechjax.slt import llc as llc_lib
 from mechjax.slt import sgld as sgld_lib
 from mechjax.studies import frame
 from mechjax.train import loop
-from mechjax.train import metrics as metrics_lib
 
 NAME = "llc_dynamics"
 RUN = "dln"
+DIAGNOSTICS = ("fraction_below_init_loss", "mala_acceptance", "distance_mean")  # in llc.jsonl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,68 +141,29 @@ class Config(config.Settings):
     return sgld_lib.default_nbeta(self.n) if self.sgld.nbeta is None else float(self.sgld.nbeta)
 
 
-def teacher(cfg: Config) -> np.ndarray:
-  """``M = V diag(s) Uᵀ`` (``H_0 × H_L``) with random orthonormal ``V``, ``U`` from the stream
-  ``"teacher"``."""
-  kv, ku = jax.random.split(rng.key(cfg.run.seed, "teacher"))
-  r = cfg.rank
-  v = np.linalg.qr(np.asarray(jax.random.normal(kv, (cfg.widths[0], r))))[0]
-  u = np.linalg.qr(np.asarray(jax.random.normal(ku, (cfg.widths[-1], r))))[0]
-  s = np.sort(np.asarray(cfg.singular_values, np.float64))[::-1]
-  return ((v * s) @ u.T).astype(np.float32)
-
-
 def make_data(cfg: Config) -> dict:
-  """The fixed training set ``{"x": (n, H_0), "y": (n, H_L)}``; the LLC is estimated on the same
-  set."""
+  """The fixed training set ``{"x": (n, H_0), "y": (n, H_L)}`` with ``y = x·M (+ noise)``, the
+  teacher ``M`` from the stream ``"teacher"``; the LLC is estimated on the same set."""
   kx, ke = jax.random.split(rng.key(cfg.run.seed, "data"))
   x = jax.random.normal(kx, (cfg.n, cfg.widths[0]))
-  y = x @ jnp.asarray(teacher(cfg)) + cfg.noise * jax.random.normal(ke, (cfg.n, cfg.widths[-1]))
+  m = dln.teacher(
+    rng.key(cfg.run.seed, "teacher"), cfg.widths[0], cfg.widths[-1], cfg.singular_values
+  )
+  y = x @ jnp.asarray(m) + cfg.noise * jax.random.normal(ke, (cfg.n, cfg.widths[-1]))
   return {"x": x, "y": y}
 
 
-def forward(params: dict, x: jax.Array) -> jax.Array:
-  out = x
-  for i in range(len(params)):
-    out = out @ params[f"W{i + 1}"]
-  return out
-
-
-def half_mse(params: dict, batch: dict) -> jax.Array:
-  """``½·mean_i ‖y_i − f(x_i)‖²``, the loss that is trained and sampled."""
-  return 0.5 * jnp.mean(jnp.sum((forward(params, batch["x"]) - batch["y"]) ** 2, axis=-1))
-
-
-def learned_modes(product: jax.Array, singular_values) -> jax.Array:
-  """How many teacher modes the product ``W_1⋯W_L`` has learned: its ``i``-th singular value
-  (descending) counts once it exceeds half of the teacher's ``i``-th."""
-  s = jnp.sort(jnp.asarray(singular_values, jnp.float32))[::-1]
-  sv = jnp.linalg.svd(product, compute_uv=False)[: s.shape[0]]
-  return jnp.sum(sv > 0.5 * s)
-
-
 def make_problem(cfg: Config, data: dict) -> loop.Problem:
-  shapes = list(zip(cfg.widths[:-1], cfg.widths[1:]))
-
-  def init(key):
-    keys = jax.random.split(key, len(shapes))
-    return {
-      f"W{i + 1}": cfg.init_scale * jax.random.normal(k, s)
-      for i, (k, s) in enumerate(zip(keys, shapes))
-    }
-
   def loss(params, key):
     idx = jax.random.randint(key, (cfg.batch_size,), 0, cfg.n)
-    return half_mse(params, jax.tree.map(lambda a: a[idx], data)), {}
+    return dln.half_mse(params, jax.tree.map(lambda a: a[idx], data)), {}
 
   def evaluate(params, key):
     del key
-    product = forward(params, jnp.eye(cfg.widths[0]))
-    return {
-      "full_loss": half_mse(params, data),
-      "learned_modes": learned_modes(product, cfg.singular_values),
-    }
+    modes = dln.learned_modes(dln.product(params), cfg.singular_values)
+    return {"full_loss": dln.half_mse(params, data), "learned_modes": modes}
 
+  init = lambda key: dln.init(key, cfg.widths, cfg.init_scale)
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
 
 
@@ -225,58 +187,48 @@ def estimate_checkpoints(
   """
   params_by_step = trained.params_at()
   steps = sorted(params_by_step)
-  seeds = list(range(cfg.run.num_seeds))
+  seeds = range(cfg.run.num_seeds)
   seed_keys = jnp.stack([rng.key(cfg.run.seed, "llc", seed) for seed in seeds])
   size = min(cfg.checkpoints_per_call, len(steps))
 
   def compute(group: list[int]) -> dict[int, list[dict]]:
-    t0 = time.perf_counter()
     padded = group + [group[-1]] * (size - len(group))
     # Points are (checkpoint, seed), checkpoint-major; params_by_step[step] has the seed axis first.
     stack = jax.tree.map(lambda *a: jnp.concatenate(a), *[params_by_step[s] for s in padded])
     keys = jnp.concatenate([seed_keys] * len(padded))
-    loss_at = jax.vmap(half_mse, in_axes=(0, None))(stack, data)
-    products = jax.vmap(lambda p: forward(p, jnp.eye(cfg.widths[0])))(stack)
-    modes = jax.vmap(lambda m: learned_modes(m, cfg.singular_values))(products)
+    loss_at = jax.vmap(dln.half_mse, in_axes=(0, None))(stack, data)
+    modes = jax.vmap(lambda p: dln.learned_modes(dln.product(p), cfg.singular_values))(stack)
     by_gamma = {
       gamma: llc_lib.estimate_llc_batch(
-        half_mse, stack, data, key=keys, settings=cfg.sgld, localization=float(gamma)
+        dln.half_mse, stack, data, key=keys, settings=cfg.sgld, localization=gamma
       )
       for gamma in cfg.localizations
     }
     new = {step: [] for step in group}
-    for i, step in enumerate(group):
-      for seed in seeds:
-        b = i * len(seeds) + seed
-        for gamma, res in by_gamma.items():
-          d = res.diagnostics
-          new[step].append(
-            metrics_lib.to_jsonable(
-              {
-                "step": step,
-                "seed": seed,
-                "localization": float(gamma),
-                "llc_mean": res.llc_mean[b],
-                "llc_std": res.llc_std[b],
-                "llc_per_chain": res.llc_per_chain[b],
-                "loss": loss_at[b],
-                "learned_modes": modes[b],
-                **{k: d[k][b] for k in ("fraction_below_init_loss", "mala_acceptance")},
-                "distance_mean": d["distance_mean"][b],
-              }
-            )
-          )
-    last = new[group[-1]][: len(cfg.localizations)]  # seed 0's rows come first
-    text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in last)
+    for b, (step, seed) in enumerate(itertools.product(group, seeds)):  # the points' order
+      for gamma, res in by_gamma.items():
+        new[step].append(
+          {
+            "step": step,
+            "seed": seed,
+            "localization": gamma,
+            "llc_mean": res.llc_mean[b],
+            "llc_std": res.llc_std[b],
+            "llc_per_chain": res.llc_per_chain[b],
+            "loss": loss_at[b],
+            "learned_modes": modes[b],
+            **{k: res.diagnostics[k][b] for k in DIAGNOSTICS},
+          }
+        )
+    seed0 = new[group[-1]][: len(cfg.localizations)]  # seed 0's rows come first
+    text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in seed0)
     ctx.log(
-      f"[llc] checkpoints {group[0]}-{group[-1]} × {len(seeds)} seeds in one program per γ; at "
-      f"{group[-1]}, seed 0: {text}  ({time.perf_counter() - t0:.1f} s)"
+      f"[llc] checkpoints {group[0]}-{group[-1]} × {len(seeds)} seeds; at {group[-1]}: {text}"
     )
     return new
 
   by_step = ctx.rows("llc", steps, compute, chunk=size)
-  rows = [r for step in steps for r in by_step[step]]
-  return sorted(rows, key=lambda r: (r["step"], r["seed"], r["localization"]))
+  return [r for step in steps for r in by_step[step]]  # by step, then seed, then γ
 
 
 def summarize(cfg: Config, history: list[dict], rows: list[dict]) -> dict:
@@ -286,12 +238,12 @@ def summarize(cfg: Config, history: list[dict], rows: list[dict]) -> dict:
     "closed_form_llc_by_rank": lams,
     "nbeta": cfg.nbeta_value,
     "final_step": last,
+    "first_step_all_modes_learned": next(
+      (h["step"] for h in history if np.min(h["learned_modes"]) >= cfg.rank), None
+    ),
+    "final_loss": np.mean(history[-1]["full_loss"]),
     "localizations": {},
   }
-  first_full = next(
-    (int(h["step"]) for h in history if np.min(h["learned_modes"]) >= cfg.rank), None
-  )
-  out["first_step_all_modes_learned"] = first_full
   for gamma in cfg.localizations:
     g = [r for r in rows if r["localization"] == gamma]
     final = np.array([r["llc_mean"] for r in g if r["step"] == last])
@@ -299,22 +251,19 @@ def summarize(cfg: Config, history: list[dict], rows: list[dict]) -> dict:
     for rank in range(cfg.rank + 1):
       vals = np.array([r["llc_mean"] for r in g if r["learned_modes"] == rank])
       if vals.size:
-        by_rank[str(rank)] = {
-          "checkpoints_x_seeds": int(vals.size),
-          "median_llc": float(np.median(vals)),
-          "negative_fraction": float(np.mean(vals < 0)),
+        by_rank[rank] = {
+          "checkpoints_x_seeds": vals.size,
+          "median_llc": np.median(vals),
+          "negative_fraction": np.mean(vals < 0),
           "closed_form": lams[rank],
         }
     out["localizations"][f"{gamma:g}"] = {
-      "final_llc_mean": float(final.mean()),
-      "final_llc_sd_over_seeds": float(final.std()),
-      "final_relative_error": float(final.mean() / lams[cfg.rank] - 1),
+      "final_llc_mean": final.mean(),
+      "final_llc_sd_over_seeds": final.std(),
+      "final_relative_error": final.mean() / lams[cfg.rank] - 1,
       "by_learned_modes": by_rank,
-      "final_mala_acceptance": float(
-        np.mean([r["mala_acceptance"] for r in g if r["step"] == last])
-      ),
+      "final_mala_acceptance": np.mean([r["mala_acceptance"] for r in g if r["step"] == last]),
     }
-  out["final_loss"] = float(np.mean(history[-1]["full_loss"]))
   return out
 
 
@@ -327,29 +276,21 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   steps = np.array([h["step"] for h in history])
   loss = np.array([h["full_loss"] for h in history], float)
   modes = np.array([h["learned_modes"] for h in history], float)
-  for s in range(loss.shape[1]):
-    ax_loss.semilogy(
-      steps, loss[:, s], color="C0", lw=1.4, alpha=0.8, label="full-data loss" if s == 0 else None
-    )
+  loss_lines = ax_loss.semilogy(steps, loss, color="C0", lw=1.4, alpha=0.8)  # one line per seed
   ax_loss.set_ylim(bottom=max(1e-6, 0.3 * np.nanmin(loss)))
   ax_loss.set_xlabel("training step")
   ax_loss.set_ylabel("½·mean ‖y − f(x)‖²")
   ax_modes = ax_loss.twinx()
-  for s in range(modes.shape[1]):
-    ax_modes.step(
-      steps,
-      modes[:, s],
-      where="post",
-      color="C3",
-      lw=1.0,
-      alpha=0.7,
-      label="learned modes r" if s == 0 else None,
-    )
+  modes_lines = ax_modes.step(steps, modes, where="post", color="C3", lw=1.0, alpha=0.7)
   ax_modes.set_ylabel("learned teacher modes r")
   ax_modes.set_ylim(-0.2, cfg.rank + 0.5)
   ax_modes.set_yticks(range(cfg.rank + 1))
-  handles = ax_loss.get_legend_handles_labels()[0] + ax_modes.get_legend_handles_labels()[0]
-  ax_loss.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper right")
+  ax_loss.legend(
+    [loss_lines[0], modes_lines[0]],
+    ["full-data loss", "learned modes r"],
+    fontsize=8,
+    loc="upper right",
+  )
   ax_loss.set_title(
     f"deep linear network {'-'.join(map(str, cfg.widths))}, teacher rank {cfg.rank}", fontsize=10
   )
@@ -359,10 +300,7 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   styles = ["-", "--", ":", "-."]
   for j, gamma in enumerate(cfg.localizations):
     for seed in range(cfg.run.num_seeds):
-      g = sorted(
-        (r for r in rows if r["localization"] == gamma and r["seed"] == seed),
-        key=lambda r: r["step"],
-      )
+      g = [r for r in rows if r["localization"] == gamma and r["seed"] == seed]  # by step
       xs = np.array([r["step"] for r in g])
       mean, sd = np.array([r["llc_mean"] for r in g]), np.array([r["llc_std"] for r in g])
       shown = mean >= floor
@@ -403,10 +341,7 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   )
   ax_llc.grid(alpha=0.3)
   ax_llc.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)
 
 
 @frame.study
@@ -420,8 +355,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     optax.sgd(cfg.learning_rate),
     keep_checkpoints=None,
     summarize=lambda row: (
-      f"loss {np.mean(row['full_loss']):.4f} | learned modes "
-      f"{np.asarray(row['learned_modes']).tolist()}"
+      f"loss {np.mean(row['full_loss']):.4f} | learned modes {row['learned_modes']}"
     ),
   )
   rows = estimate_checkpoints(cfg, ctx, data, result)

@@ -6,7 +6,7 @@ arXiv:2504.18274).
 Data (:mod:`mechjax.data.repeats`): uniform random sequences, a fraction of which repeat their first
 half. Induction heads let a model copy in the second half; the **repeat loss** (next-token loss at
 the induction positions of repeated sequences) falls from ``ln(vocab)`` when they form, and the
-**prefix- matching score** of the best second-layer head (attention from a token to the one after
+**prefix-matching score** of the best second-layer head (attention from a token to the one after
 its earlier occurrence) rises. The **formation step** of a run is the first step (linearly
 interpolated between logged steps) at which its repeat loss falls below ``formation_fraction ·
 ln(vocab)``; the fraction is fixed in advance (default one half), not fitted to the outcome.
@@ -33,19 +33,18 @@ The study:
    tokens).
 5. **Retraining** ``num_seeds`` seeds per condition with the unweighted run's seed keys, and
    comparing formation steps seed by seed. A fourth condition, ``random``, moves the same total
-   variation of weight
-   along a random direction: the control for "any re-weighting of this size shifts formation".
+   variation of weight along a random direction: the control for "any re-weighting of this size
+   shifts formation".
 
-Outputs in the workdir: ``metrics.jsonl``, ``susceptibility.npz`` (χ and its standard error; reused
-on resume), ``summary.json``, ``figures/induction_susceptibility.png`` and
-``figures/induction_formation.png``.
+Outputs in the workdir: ``metrics.jsonl``, ``susceptibility.npz`` (χ, its standard error, the heads'
+LLCs; reused on resume), ``summary.json`` and ``figures/induction_{susceptibility,formation}.png``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -57,8 +56,8 @@ from mechjax import plotting
 from mechjax import rng
 from mechjax.config import ConfigError
 from mechjax.data import repeats
-from mechjax.models.transformer import Transformer
-from mechjax.models.transformer import attention_patterns
+from mechjax.models import transformer
+from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
 from mechjax.studies import frame
@@ -168,48 +167,23 @@ class Config(config.Settings):
   def num_groups(self) -> int:
     return 2 * (self.length - 1)
 
-
-class Model:
-  def __init__(self, cfg: Config):
-    self.net = Transformer(
-      vocab_size=cfg.vocab,
-      heads=(("token", cfg.vocab),),
-      d_model=cfg.d_model,
-      num_layers=cfg.num_layers,
-      num_heads=cfg.num_heads,
-      max_len=cfg.length,
-      attn_only=True,
-    )
-    self.length = cfg.length
-
-  def init(self, key):
-    return self.net.init(key, jnp.zeros((1, self.length), jnp.int32))
-
-  def per_token_loss(self, params, batch):
-    """``(B, length − 1)``: the loss of predicting token ``t + 1`` at position ``t``."""
-    logits = self.net.apply(params, batch["tokens"])["token"][:, :-1]
-    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["tokens"][:, 1:])
+  @property
+  def induction_groups(self) -> np.ndarray:
+    """The groups of the induction positions of repeated sequences."""
+    return self.length - 1 + np.nonzero(repeats.induction_mask(self.length))[0]
 
 
-def head_masks(params, num_layers: int, num_heads: int) -> dict[str, dict]:
-  """``{"L{l}H{h}": mask}``: 1 on head ``h`` of layer ``l``'s query/key/value columns and output
-  rows."""
-  masks = {}
-  for layer in range(num_layers):
-    for head in range(num_heads):
-
-      def one(path, leaf, layer=layer, head=head):
-        names = [getattr(k, "key", str(k)) for k in path]
-        m = np.zeros(leaf.shape, np.float32)
-        if f"attn_{layer}" in names:
-          if names[-2] in ("query", "key", "value"):
-            m[:, head] = 1
-          elif names[-2] == "out":
-            m[head] = 1
-        return jnp.asarray(m)
-
-      masks[f"L{layer}H{head}"] = jax.tree_util.tree_map_with_path(one, params)
-  return masks
+def model_of(cfg: Config) -> transformer.Transformer:
+  """The attention-only transformer with one next-token readout."""
+  return transformer.Transformer(
+    vocab_size=cfg.vocab,
+    heads=(("token", cfg.vocab),),
+    d_model=cfg.d_model,
+    num_layers=cfg.num_layers,
+    num_heads=cfg.num_heads,
+    max_len=cfg.length,
+    attn_only=True,
+  )
 
 
 def group_ids(cfg: Config, repeat_B: np.ndarray) -> np.ndarray:
@@ -225,84 +199,75 @@ def base_distribution(cfg: Config) -> np.ndarray:
   return kind / (cfg.length - 1)
 
 
-def make_problem(
-  cfg: Config, model: Model, token_weights: np.ndarray, eval_data: dict
-) -> loop.Problem:
-  """Online training; ``token_weights`` (2, length − 1) multiplies each token's loss by its group's
-  weight over its base weight (all ones: the unweighted task)."""
-  w = jnp.asarray(token_weights, jnp.float32)
-
-  def loss(params, key):
-    batch = repeats.sample(key, cfg.batch_size, cfg.length, cfg.vocab, cfg.repeat_fraction)
-    per_token = model.per_token_loss(params, batch)
-    return jnp.mean(w[batch["repeat"]] * per_token), {}
-
-  ind = jnp.asarray(repeats.induction_mask(cfg.length))
-
-  def evaluate(params, key):
-    del key
-    rep = model.per_token_loss(params, eval_data["repeat"])
-    rnd = model.per_token_loss(params, eval_data["random"])
-    score = repeats.prefix_matching_score(
-      attention_patterns(model.net, params, eval_data["repeat"]["tokens"])[-1]
-    )
-    return {
-      "repeat_loss": jnp.mean(rep[:, ind]),
-      "random_loss": jnp.mean(rnd[:, ind]),
-      "prefix_matching": jnp.max(score),
-    }
-
-  return loop.Problem(init=model.init, loss=loss, evaluate=evaluate)
-
-
-def eval_sets(cfg: Config) -> dict:
+def fixed_tokens(cfg: Config, stream: str, num: int) -> dict[str, jax.Array]:
+  """``num`` repeated and ``num`` random sequences, ``{"repeated": tokens, "random": tokens}``, from
+  the streams ``"<stream>-repeated"`` and ``"<stream>-random"``."""
   return {
-    "repeat": repeats.fixed(
-      rng.key(cfg.run.seed, "eval-repeated"), cfg.eval_sequences, cfg.length, cfg.vocab, True
-    ),
-    "random": repeats.fixed(
-      rng.key(cfg.run.seed, "eval-random"), cfg.eval_sequences, cfg.length, cfg.vocab, False
-    ),
+    kind: repeats.fixed(
+      rng.key(cfg.run.seed, f"{stream}-{kind}"), num, cfg.length, cfg.vocab, kind == "repeated"
+    )["tokens"]
+    for kind in ("repeated", "random")
   }
 
 
-def _train(cfg, model, weights, run, ctx, checkpoint_every):
-  problem = make_problem(cfg, model, weights, eval_sets(cfg))
-  summarize = lambda row: (
-    f"repeat loss {np.round(row['repeat_loss'], 2).tolist()} | prefix matching "
-    f"{np.round(row['prefix_matching'], 2).tolist()}"
-  )
+def make_problem(cfg: Config, net: transformer.Transformer, token_weights) -> loop.Problem:
+  """Online training; each token's loss is multiplied by ``token_weights[group]``, its group's
+  weight over its base weight (all ones: the unweighted task)."""
+  w = jnp.asarray(token_weights, jnp.float32).reshape(2, cfg.length - 1)
+  ind = jnp.asarray(repeats.induction_mask(cfg.length))
+  evals = fixed_tokens(cfg, "eval", cfg.eval_sequences)
+
+  def loss(params, key):
+    batch = repeats.sample(key, cfg.batch_size, cfg.length, cfg.vocab, cfg.repeat_fraction)
+    per_token = transformer.next_token_losses(net, params, batch["tokens"])
+    return jnp.mean(w[batch["repeat"]] * per_token), {}
+
+  def evaluate(params, key):
+    del key
+    at_ind = {k: transformer.next_token_losses(net, params, t)[:, ind] for k, t in evals.items()}
+    patterns = transformer.attention_patterns(net, params, evals["repeated"])
+    return {
+      "repeat_loss": jnp.mean(at_ind["repeated"]),
+      "random_loss": jnp.mean(at_ind["random"]),
+      "prefix_matching": jnp.max(repeats.prefix_matching_score(patterns[-1])),
+    }
+
+  init = lambda key: net.init(key, jnp.zeros((1, cfg.length), jnp.int32))
+  return loop.Problem(init=init, loss=loss, evaluate=evaluate)
+
+
+def _train(cfg: Config, net, token_weights, run: str, ctx: frame.Context) -> loop.TrainResult:
+  """Condition ``run``'s seeds; the unweighted run keeps every checkpoint (χ is measured at one of
+  them), the others their last."""
+  baseline = run == "unweighted"
   return ctx.train(
     run,
-    problem,
+    make_problem(cfg, net, token_weights),
     optax.adam(cfg.learning_rate),
-    checkpoint_every=checkpoint_every,
-    summarize=summarize,
-    keep_checkpoints=None if run == "unweighted" else 2,
+    checkpoint_every=cfg.run.checkpoint_every if baseline else cfg.run.steps,
+    keep_checkpoints=None if baseline else 2,
+    summarize=lambda row: (
+      f"repeat loss {np.round(row['repeat_loss'], 2).tolist()} | prefix matching "
+      f"{np.round(row['prefix_matching'], 2).tolist()}"
+    ),
   )
 
 
-def susceptibilities(cfg: Config, model: Model, w_star) -> dict[str, np.ndarray]:
-  """χ (heads × probe tokens), its standard error over chains, the probes' groups and the heads'
-  LLCs."""
+def susceptibilities(cfg: Config, net: transformer.Transformer, w_star) -> dict[str, np.ndarray]:
+  """χ (heads × probe tokens), its standard error over chains, the heads' LLCs, and the probe
+  tokens' groups (the repeated probe sequences come first)."""
   data = repeats.sample(
     rng.key(cfg.run.seed, "posterior-data"), cfg.n, cfg.length, cfg.vocab, cfg.repeat_fraction
   )
   half = cfg.probe_sequences // 2
-  probes = jax.tree.map(
-    lambda a, b: jnp.concatenate([a, b]),
-    repeats.fixed(rng.key(cfg.run.seed, "probe-repeated"), half, cfg.length, cfg.vocab, True),
-    repeats.fixed(rng.key(cfg.run.seed, "probe-random"), half, cfg.length, cfg.vocab, False),
-  )
-  masks = head_masks(w_star, cfg.num_layers, cfg.num_heads)
-  t0 = time.perf_counter()
   res = sus.estimate_susceptibilities(
-    model.per_token_loss,
+    # Jitted: the losses at w* outside the sampler's program are then one program each.
+    jax.jit(functools.partial(transformer.next_token_losses, net)),
     w_star,
-    data,
-    probes,
+    data["tokens"],
+    jnp.concatenate(list(fixed_tokens(cfg, "probe", half).values())),
     key=rng.key(cfg.run.seed, "susceptibility"),
-    components=masks,
+    components=transformer.head_masks(w_star, cfg.num_layers, cfg.num_heads),
     settings=cfg.sgld,
     eval_size=cfg.eval_size,
   )
@@ -310,27 +275,21 @@ def susceptibilities(cfg: Config, model: Model, w_star) -> dict[str, np.ndarray]
     "chi": res.chi[:, 0],
     "standard_error": res.standard_error[:, 0],
     "llc": res.llc,
-    "groups": group_ids(cfg, np.asarray(probes["repeat"])).reshape(-1),
+    "groups": group_ids(cfg, np.repeat([1, 0], half)).reshape(-1),
     "heads": np.array(res.components),
-    "seconds": np.array(time.perf_counter() - t0),
   }
 
 
 def induction_direction(cfg: Config, chi: np.ndarray, groups: np.ndarray) -> dict:
   """The principal direction of ``χ`` most correlated with the induction positions, as a group
-  change."""
+  change (its loadings averaged per group, centred, signed to favour the induction positions)."""
   pcs = sus.principal_directions(chi)
-  ind = np.isin(groups % (cfg.length - 1), np.nonzero(repeats.induction_mask(cfg.length))[0]) & (
-    groups >= cfg.length - 1
-  )
-  corr = np.array([np.corrcoef(v, ind.astype(float))[0, 1] for v in pcs["Vt"]])
+  induction = np.isin(groups, cfg.induction_groups).astype(float)
+  corr = np.array([np.corrcoef(v, induction)[0, 1] for v in pcs["Vt"]])
   k = int(np.nanargmax(np.abs(corr[: cfg.top_components])))
-  loading = np.bincount(groups, weights=pcs["Vt"][k], minlength=cfg.num_groups) / np.bincount(
-    groups, minlength=cfg.num_groups
-  )
+  loading = patterning.group_response(pcs["Vt"][k], groups, cfg.num_groups)[0]
   direction = loading - loading.mean()
-  induction_groups = cfg.length - 1 + np.nonzero(repeats.induction_mask(cfg.length))[0]
-  if direction[induction_groups].mean() < direction.mean():
+  if direction[cfg.induction_groups].mean() < direction.mean():
     direction = -direction
   return {
     "component": k,
@@ -371,74 +330,63 @@ def formation_step(steps: np.ndarray, loss: np.ndarray, threshold: float) -> flo
   return float(s0 + (s1 - s0) * (l0 - threshold) / (l0 - l1))
 
 
+def formation_shift(steps: list, baseline: list) -> dict:
+  """A condition's formation steps minus the unweighted run's, seed by seed (the seeds where both
+  formed), and how many moved earlier or later."""
+  d = np.array([a - b for a, b in zip(steps, baseline) if a is not None and b is not None])
+  return {
+    "per_seed": d,
+    "mean": d.mean() if d.size else None,
+    "sd": d.std(ddof=1) if d.size > 1 else None,
+    "seeds_compared": d.size,
+    "earlier_in": np.sum(d < 0),
+    "later_in": np.sum(d > 0),
+  }
+
+
 @frame.study
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains unweighted, estimates χ at ``chi_step`` (cached in ``susceptibility.npz``), re-weights
   along the induction direction and at random, retrains, and compares formation steps seed by
   seed."""
-  model = Model(cfg)
-  unweighted = _train(
-    cfg, model, np.ones((2, cfg.length - 1)), "unweighted", ctx, cfg.run.checkpoint_every
+  net = model_of(cfg)
+  unweighted = _train(cfg, net, np.ones(cfg.num_groups), "unweighted", ctx)
+  chi = ctx.stage(
+    "susceptibility",
+    lambda: susceptibilities(cfg, net, unweighted.params_of(0, cfg.chi_step)),
+    fmt="npz",
   )
-  histories = {"unweighted": unweighted.history}
-
-  def susceptibility_stage():
-    return susceptibilities(cfg, model, unweighted.params_of(0, cfg.chi_step))
-
-  chi_data = ctx.stage("susceptibility", susceptibility_stage, fmt="npz")
-  direction = induction_direction(cfg, chi_data["chi"], chi_data["groups"])
+  direction = induction_direction(cfg, chi["chi"], chi["groups"])
   dists = reweightings(cfg, direction["direction"])
-  base = base_distribution(cfg)
+  base = dists["unweighted"]
   others = [c for c in cfg.conditions if c != "unweighted"]
+  histories = {"unweighted": unweighted.history}
   for c in others:
-    histories[c] = _train(
-      cfg, model, (dists[c] / base).reshape(2, cfg.length - 1), c, ctx, cfg.run.steps
-    ).history
-  threshold = cfg.formation_fraction * float(np.log(cfg.vocab))
+    histories[c] = _train(cfg, net, dists[c] / base, c, ctx).history
+  threshold = cfg.formation_fraction * np.log(cfg.vocab)
   formation = {}
   for c in cfg.conditions:
     steps = np.array([h["step"] for h in histories[c]], float)
     loss = np.array([h["repeat_loss"] for h in histories[c]], float)
     formation[c] = [formation_step(steps, loss[:, s], threshold) for s in range(cfg.run.num_seeds)]
-  shifts = {}
-  for c in others:
-    pairs = [
-      (a, b)
-      for a, b in zip(formation[c], formation["unweighted"])
-      if a is not None and b is not None
-    ]
-    d = np.array([a - b for a, b in pairs])
-    shifts[c] = {
-      "per_seed": d.tolist(),
-      "mean": float(d.mean()) if d.size else None,
-      "sd": float(d.std(ddof=1)) if d.size > 1 else None,
-      "seeds_compared": len(pairs),
-      "earlier_in": int(np.sum(d < 0)),
-      "later_in": int(np.sum(d > 0)),
-    }
   summary = {
     "nbeta": cfg.nbeta,
     "chi_step": cfg.chi_step,
     "formation_threshold": threshold,
-    "susceptibility_seconds": float(chi_data["seconds"]),
-    "head_llc": dict(zip(chi_data["heads"].tolist(), chi_data["llc"].tolist())),
+    "head_llc": dict(zip(chi["heads"], chi["llc"])),
     "induction_component": direction["component"],
-    "component_correlations": direction["correlations"].tolist(),
-    "explained_variance": direction["explained_variance"].tolist(),
-    "head_loadings": dict(zip(chi_data["heads"].tolist(), direction["head_loadings"].tolist())),
-    "group_distributions": {c: dists[c].tolist() for c in cfg.conditions},
-    "total_variation": {c: float(0.5 * np.abs(dists[c] - base).sum()) for c in cfg.conditions},
-    "induction_weight": {
-      c: float(dists[c][cfg.length - 1 + np.nonzero(repeats.induction_mask(cfg.length))[0]].sum())
-      for c in cfg.conditions
-    },
+    "component_correlations": direction["correlations"],
+    "explained_variance": direction["explained_variance"],
+    "head_loadings": dict(zip(chi["heads"], direction["head_loadings"])),
+    "group_distributions": {c: dists[c] for c in cfg.conditions},
+    "total_variation": {c: 0.5 * np.abs(dists[c] - base).sum() for c in cfg.conditions},
+    "induction_weight": {c: dists[c][cfg.induction_groups].sum() for c in cfg.conditions},
     "formation_step": formation,
-    "formation_shift_vs_unweighted": shifts,
+    "formation_shift_vs_unweighted": {
+      c: formation_shift(formation[c], formation["unweighted"]) for c in others
+    },
     "final": {
-      c: {
-        k: np.asarray(histories[c][-1][k], float).tolist()
-        for k in ("repeat_loss", "random_loss", "prefix_matching")
-      }
+      c: {k: histories[c][-1][k] for k in ("repeat_loss", "random_loss", "prefix_matching")}
       for c in cfg.conditions
     },
   }
@@ -446,7 +394,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     summary,
     figures=lambda folder: [
       plot_susceptibility(
-        cfg, chi_data, direction, dists, os.path.join(folder, "induction_susceptibility.png")
+        cfg, chi, direction, dists, os.path.join(folder, "induction_susceptibility.png")
       ),
       plot_formation(
         cfg, histories, threshold, formation, os.path.join(folder, "induction_formation.png")
@@ -488,16 +436,12 @@ def report(summary: dict) -> list[str]:
   return lines
 
 
-def plot_susceptibility(
-  cfg: Config, chi_data: dict, direction: dict, dists: dict, path: str
-) -> str:
+def plot_susceptibility(cfg: Config, chi: dict, direction: dict, dists: dict, path: str) -> str:
   """χ averaged per group (heads × positions, for repeated and random sequences), and the
   re-weightings."""
   plt = plotting.plt
-  chi, groups, heads = chi_data["chi"], chi_data["groups"], chi_data["heads"].tolist()
-  per_group = np.stack(
-    [np.bincount(groups, weights=row, minlength=cfg.num_groups) for row in chi]
-  ) / np.bincount(groups, minlength=cfg.num_groups)
+  per_group = patterning.group_response(chi["chi"], chi["groups"], cfg.num_groups)
+  heads = list(chi["heads"])
   t = cfg.length - 1
   vmax = np.nanmax(np.abs(per_group))
   fig, axes = plt.subplots(1, 3, figsize=(17, 4.2), gridspec_kw={"width_ratios": [1, 1, 1.1]})
@@ -530,10 +474,7 @@ def plot_susceptibility(
   ax.set_ylabel("weight / base weight")
   ax.legend(fontsize=7)
   ax.grid(alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)
 
 
 def plot_formation(
@@ -564,7 +505,4 @@ def plot_formation(
     f"{cfg.run.num_seeds} seeds per condition (thin: each seed; dotted: formation steps)",
     fontsize=10,
   )
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)

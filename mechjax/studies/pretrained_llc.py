@@ -93,7 +93,8 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
 
   def compute():
     result = slt.estimate_susceptibilities(
-      functools.partial(pretrained.next_token_losses, model),
+      # Jitted: the losses at w* outside the sampler's program are then one program each.
+      jax.jit(functools.partial(pretrained.next_token_losses, model)),
       params,
       windows,
       probes,
@@ -103,10 +104,10 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       settings=cfg.sgld,
     )
     return {
-      "chi": np.asarray(result.chi[:, 0]),
-      "standard_error": np.asarray(result.standard_error[:, 0]),
-      "llc": np.asarray(result.llc),
-      "nbeta": np.asarray(result.nbeta),
+      "chi": result.chi[:, 0],
+      "standard_error": result.standard_error[:, 0],
+      "llc": result.llc,
+      "nbeta": result.nbeta,
       "probes": probes,
     }
 
@@ -118,18 +119,18 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       "family": model.arch.family,
       "layers": model.arch.num_layers,
       "d_model": model.arch.d_model,
-      "parameters": int(sum(np.size(x) for x in jax.tree.leaves(params))),
+      "parameters": sum(np.size(x) for x in jax.tree.leaves(params)),
     },
-    "nbeta": float(sus["nbeta"]),
-    "probe_tokens": int(chi.shape[1]),
+    "nbeta": sus["nbeta"],
+    "probe_tokens": chi.shape[1],
     "components": {
       name: {
-        "llc": float(sus["llc"][c]),
-        "chi_mean": float(np.mean(chi[c])),
-        "chi_abs_mean": float(np.mean(np.abs(chi[c]))),
-        "chi_se_mean": float(np.mean(se[c])),
+        "llc": sus["llc"][c],
+        "chi_mean": np.mean(chi[c]),
+        "chi_abs_mean": np.mean(np.abs(chi[c])),
+        "chi_se_mean": np.mean(se[c]),
         # Tokens whose χ is more than two standard errors from zero: what the chains resolve.
-        "resolved_fraction": float(np.mean(np.abs(chi[c]) > 2 * se[c])),
+        "resolved_fraction": np.mean(np.abs(chi[c]) > 2 * se[c]),
       }
       for c, name in enumerate(names)
     },
@@ -171,7 +172,4 @@ def plot(names: list[str], chi: np.ndarray, path: str) -> str:
   ax.set_xlabel("probe token (windows in order)")
   ax.set_title("per-token susceptibility χ of each component", fontsize=10)
   fig.colorbar(im, ax=ax, fraction=0.03)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)

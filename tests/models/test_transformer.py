@@ -8,6 +8,8 @@ from mechjax.align.haar import haar_orthogonal
 from mechjax.data import dyck
 from mechjax.models.transformer import Transformer
 from mechjax.models.transformer import fold_rmsnorm_gains
+from mechjax.models.transformer import head_masks
+from mechjax.models.transformer import next_token_losses
 from mechjax.models.transformer import rotate_residual
 from mechjax.models.transformer import site_names
 from mechjax.train import loop
@@ -139,3 +141,46 @@ def test_steering_adds_the_vector_at_its_site_and_only_downstream():
   np.testing.assert_array_equal(zero["token"], out["token"])
   with pytest.raises(ValueError, match="cannot steer at"):
     model.apply(params, tokens, steer={"resid_post_7": v})
+
+
+@pytest.mark.slow
+def test_next_token_losses_are_the_cross_entropy_of_each_next_token():
+  model = Transformer(vocab_size=8, heads=(("token", 8),), d_model=8, num_heads=2, max_len=8)
+  tokens = jax.random.randint(KEY, (3, 8), 0, 8)
+  params = model.init(KEY, tokens)
+  losses = next_token_losses(model, params, tokens)
+  assert losses.shape == (3, 7)
+  log_p = jax.nn.log_softmax(model.apply(params, tokens)["token"], -1)
+  for b, t in [(0, 0), (1, 3), (2, 6)]:  # position t predicts token t + 1
+    np.testing.assert_allclose(losses[b, t], -log_p[b, t, tokens[b, t + 1]], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_head_masks_select_exactly_one_head():
+  model = Transformer(
+    vocab_size=8,
+    heads=(("token", 8),),
+    d_model=8,
+    num_layers=2,
+    num_heads=2,
+    max_len=8,
+    attn_only=True,
+  )
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+  masks = head_masks(params, num_layers=2, num_heads=2)
+  assert list(masks) == ["L0H0", "L0H1", "L1H0", "L1H1"]
+  total = jax.tree.map(lambda *m: sum(m), *masks.values())
+  attn = total["params"]["attn_1"]
+  # The heads partition every attention weight (each entry in exactly one mask) and touch nothing
+  # else.
+  for name in ("query", "key", "value", "out"):
+    assert np.all(np.asarray(attn[name]["kernel"]) == 1)
+  assert np.all(np.asarray(total["params"]["embed"]["embedding"]) == 0)
+  m = masks["L1H0"]["params"]["attn_1"]
+  assert np.all(np.asarray(m["query"]["kernel"])[:, 0] == 1) and np.all(
+    np.asarray(m["query"]["kernel"])[:, 1] == 0
+  )
+  assert np.all(np.asarray(m["out"]["kernel"])[0] == 1) and np.all(
+    np.asarray(m["out"]["kernel"])[1] == 0
+  )
+  assert np.all(np.asarray(masks["L0H0"]["params"]["attn_1"]["query"]["kernel"]) == 0)
