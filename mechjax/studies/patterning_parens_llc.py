@@ -1,10 +1,4 @@
-"""The default design of the parenthesis patterning study (``--design=llc``): patterning by the LLC
-of each solution, inside the linear regime, with the prediction checked before retraining.
-
-Among solutions of equal loss the tempered posterior favours the one with the lower local learning
-coefficient, ``log p_A/p_B ≈ −(λ_A − λ_B)·log n`` (Watanabe's free energy), and this is the lever
-that patterning pulls (Wang & Murfet 2026, arXiv:2601.13548): re-weight the data so that the LLC of
-the wanted solution falls relative to the other's. Here:
+"""The LLC analysis of :mod:`mechjax.studies.patterning_parens`, before any retraining:
 
 1. **The LLC's response.** At each reference solution ``w*_A`` (a model forced to algorithm ``A``)
    SGLD samples the localised posterior of the training set
@@ -16,23 +10,22 @@ the wanted solution falls relative to the other's. Here:
 2. **Patterning.** On the simplex of group weights, the minimum-norm re-weighting ``dp``
    (:func:`mechjax.slt.patterning.patterning_weights`) that lowers ``λ_T − λ_O`` (target ``T``,
    other ``O``) by ``llc_margin`` to first order, while the held-out loss at both references stays
-   put.
+   put; and a random control, toward a Dirichlet draw with the same total variation.
 3. **The prediction, checked.** Both references' LLCs are estimated again on the re-weighted data
    (:func:`mechjax.slt.llc.estimate_llc` of the weighted loss, with the same chains as the
    unweighted estimate, so that their difference carries little Monte-Carlo noise), and the
    measured ``Δλ`` is set beside the predicted one. A wrong prediction says χ was mis-estimated; a
    right prediction with no change of selection says the LLC does not drive what SGD learns here.
-4. **A random control**: a re-weighting toward a random (Dirichlet) group distribution with the same
-   total variation.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.stats
 
 from mechjax import plotting
 from mechjax import rng
@@ -41,12 +34,45 @@ from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
+from mechjax.studies.patterning_parens_base import group_probes
 
 REWEIGHTINGS = ("toward_counts", "toward_prefix", "random")
 
 
-def _jnp(tree):
-  return {k: jnp.asarray(v) for k, v in tree.items()}
+def analysis(cfg, model, data: dict, references: dict, ids: np.ndarray, names: list) -> dict:
+  """The whole analysis at the chosen share: the responses (:func:`llc_responses`), the
+  re-weightings (:func:`targets`, :func:`random_reweighting` with the larger total variation of the
+  two), each reference's LLC re-measured under each (:func:`measure_llcs`) and the comparison
+  (:func:`compare`). The study keeps it as ``patterning.json``.
+
+  Args:
+    cfg: the study's Config.
+    model: the study's Model.
+    data: the study's data at the chosen share.
+    references: ``{algorithm: {"params": w*, ...}}``.
+    ids: the group of every training string.
+    names: one name per group.
+  """
+  num_groups = len(names)
+  base = np.bincount(ids, minlength=num_groups) / len(ids)
+  chosen = group_probes(cfg, ids, num_groups)
+  responses = llc_responses(cfg, model, data, references, ids, num_groups, chosen)
+  reweightings = targets(responses, base, cfg.llc_margin, cfg.ridge)
+  tv = max(r["total_variation"] for r in reweightings.values())
+  d = {a: np.asarray(responses[a]["dllc_total"]) for a in parens.ALGORITHMS}
+  g = {a: np.asarray(responses[a]["dtest"]) for a in parens.ALGORITHMS}
+  reweightings["random"] = random_reweighting(cfg.run.seed, base, tv, d, g)
+  distributions = {k: r["group_distribution"] for k, r in reweightings.items()}
+  measured = measure_llcs(cfg, model, data, references, ids, distributions)
+  return {
+    "group_names": names,
+    "base": base,
+    "probes_per_group": np.bincount(ids[chosen], minlength=num_groups),
+    "responses": responses,
+    "reweightings": reweightings,
+    "measured_llc_per_chain": measured,
+    "comparison": compare(reweightings, measured),
+  }
 
 
 def llc_responses(cfg, model, data: dict, references: dict, ids, num_groups, chosen) -> dict:
@@ -63,47 +89,45 @@ def llc_responses(cfg, model, data: dict, references: dict, ids, num_groups, cho
     chosen: the indices of the training strings used as probes.
 
   Returns:
-    ``{algorithm: {...}}`` of lists (JSON-ready).
+    ``{algorithm: {...}}``: ``llc``, ``dllc_total``, ``dllc_implicit`` (± ``dllc_implicit_se``),
+    ``dllc_explicit``, ``dtest`` (± ``dtest_se``) by group, and ``test_loss_mean``.
   """
-  probe_data = _jnp({k: v[chosen] for k, v in data["train"].items()})
+  train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
+  probe_data = jax.tree.map(lambda v: v[chosen], train)
   sub_ids = ids[chosen]
   counts = np.bincount(sub_ids, minlength=num_groups)
+
+  def by_group(columns):
+    return patterning.group_response(columns, sub_ids, num_groups)[0]
+
+  def se_by_group(se):
+    return np.sqrt(patterning.group_response(se**2, sub_ids, num_groups)[0] / counts)
+
   out = {}
-  for algorithm in parens.ALGORITHMS:
-    t0 = time.perf_counter()
+  for i, algorithm in enumerate(parens.ALGORITHMS):
     res = sus.estimate_susceptibilities(
       model.per_sample_loss,
       references[algorithm]["params"],
-      _jnp(data["train"]),
+      train,
       probe_data,
-      key=rng.key(cfg.run.seed, "llc-susceptibility", parens.ALGORITHMS.index(algorithm)),
+      key=rng.key(cfg.run.seed, "llc-susceptibility", i),
       settings=cfg.sgld,
       eval_size=cfg.eval_size,
       observable=model.test_loss,
-      observable_data=_jnp(data["test"]),
+      observable_data=test,
     )
     parts = sus.llc_response(res)
-    nbeta = res.nbeta
     # The LLC's implicit term is nβ times the response of φ, so its error is nβ² times χ's.
-    implicit_se = nbeta * nbeta * res.standard_error[0, 0]
-    test_se = nbeta * res.standard_error[0, 1]
-
-    def by_group(columns):
-      return patterning.group_response(columns, sub_ids, num_groups)[0]
-
-    def se_by_group(se):
-      return np.sqrt(patterning.group_response(se**2, sub_ids, num_groups)[0] / counts)
-
+    implicit_se = res.nbeta * res.nbeta * res.standard_error[0, 0]
     out[algorithm] = {
-      "llc": float(res.llc[0]),
-      "dllc_total": by_group(parts["total"][0]).tolist(),
-      "dllc_implicit": by_group(parts["implicit"][0]).tolist(),
-      "dllc_explicit": by_group(parts["explicit"][0]).tolist(),
-      "dllc_implicit_se": se_by_group(implicit_se).tolist(),
-      "dtest": by_group(res.response[0, 1]).tolist(),
-      "dtest_se": se_by_group(test_se).tolist(),
-      "test_loss_mean": float(res.observable_means[0, 1]),
-      "seconds": time.perf_counter() - t0,
+      "llc": res.llc[0],
+      "dllc_total": by_group(parts["total"][0]),
+      "dllc_implicit": by_group(parts["implicit"][0]),
+      "dllc_explicit": by_group(parts["explicit"][0]),
+      "dllc_implicit_se": se_by_group(implicit_se),
+      "dtest": by_group(res.response[0, 1]),
+      "dtest_se": se_by_group(res.nbeta * res.standard_error[0, 1]),
+      "test_loss_mean": res.observable_means[0, 1],
     }
   return out
 
@@ -143,13 +167,13 @@ def random_reweighting(seed: int, base: np.ndarray, total_variation: float, d, g
 
 
 def _predicted(d: dict, g: dict, base, dp, goal) -> dict:
-  pred = {f"dllc_{a}": float(d[a] @ dp) for a in parens.ALGORITHMS}
+  pred = {f"dllc_{a}": d[a] @ dp for a in parens.ALGORITHMS}
   pred["dllc_counts_minus_prefix"] = pred["dllc_counts"] - pred["dllc_prefix"]
-  pred.update({f"dtest_{a}": float(g[a] @ dp) for a in parens.ALGORITHMS})
+  pred.update({f"dtest_{a}": g[a] @ dp for a in parens.ALGORITHMS})
   return {
-    "goal": None if goal is None else goal.tolist(),
-    "group_distribution": (base + dp).tolist(),
-    "total_variation": float(0.5 * np.abs(dp).sum()),
+    "goal": goal,
+    "group_distribution": base + dp,
+    "total_variation": 0.5 * np.abs(dp).sum(),
     "predicted": pred,
   }
 
@@ -176,11 +200,12 @@ def measure_llcs(cfg, model, data: dict, references: dict, ids, distributions: d
   weights = {"unweighted": np.ones(cfg.n)}
   for name, dist in distributions.items():
     weights[name] = cfg.n * patterning.sample_weights(dist, ids)  # mean 1 over the training set
+  train = jax.tree.map(jnp.asarray, data["train"])
   out = {}
   for i, algorithm in enumerate(parens.ALGORITHMS):
     out[algorithm] = {}
     for name, w in weights.items():
-      batch = {**_jnp(data["train"]), "weight": jnp.asarray(w, jnp.float32)}
+      batch = {**train, "weight": jnp.asarray(w, jnp.float32)}
       est = llc_lib.estimate_llc(
         sgld_lib.MeanLoss(model.weighted_loss),
         references[algorithm]["params"],
@@ -188,33 +213,38 @@ def measure_llcs(cfg, model, data: dict, references: dict, ids, distributions: d
         key=rng.key(cfg.run.seed, "llc-check", i),
         settings=settings,
       )
-      out[algorithm][name] = np.asarray(est.llc_per_chain, float).tolist()
+      out[algorithm][name] = np.asarray(est.llc_per_chain, float)  # float64: differences follow
   return out
 
 
 def compare(reweightings: dict, measured: dict) -> dict:
   """Predicted against measured ``Δλ`` for every re-weighting: the measured difference of the
-  paired chains' means, with its standard error over chains."""
+  paired chains' means, with its standard error over chains (NaN with one chain)."""
   out = {}
   for name, rw in reweightings.items():
-    row = {}
-    diffs = {}
-    for a in parens.ALGORITHMS:
-      diff = np.asarray(measured[a][name]) - np.asarray(measured[a]["unweighted"])
-      diffs[a] = diff
-      row[f"dllc_{a}"] = {
-        "predicted": rw["predicted"][f"dllc_{a}"],
-        "measured": float(diff.mean()),
-        "se": float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan"),
-      }
-    gap = diffs["counts"] - diffs["prefix"]
-    row["dllc_counts_minus_prefix"] = {
-      "predicted": rw["predicted"]["dllc_counts_minus_prefix"],
-      "measured": float(gap.mean()),
-      "se": float(gap.std(ddof=1) / np.sqrt(gap.size)) if gap.size > 1 else float("nan"),
+    diffs = {
+      f"dllc_{a}": np.asarray(measured[a][name]) - np.asarray(measured[a]["unweighted"])
+      for a in parens.ALGORITHMS
     }
-    out[name] = row
+    diffs["dllc_counts_minus_prefix"] = diffs["dllc_counts"] - diffs["dllc_prefix"]
+    out[name] = {
+      key: {
+        "predicted": rw["predicted"][key],
+        "measured": diff.mean(),
+        "se": diff.std(ddof=1) / np.sqrt(diff.size) if diff.size > 1 else float("nan"),
+      }
+      for key, diff in diffs.items()
+    }
   return out
+
+
+def fisher_p(condition: dict, unweighted: dict, algorithm: str) -> float:
+  """Fisher's exact test (two-sided) of ``algorithm``'s share of seeds in a condition against the
+  unweighted one: the 2 × 2 table of seeds that learned it and seeds that did not."""
+  n = sum(condition["selected"].values())
+  m = sum(unweighted["selected"].values())
+  a, b = condition["selected"][algorithm], unweighted["selected"][algorithm]
+  return scipy.stats.fisher_exact([[a, n - a], [b, m - b]]).pvalue
 
 
 def plot(sweep: list, responses: dict, comparison: dict, outcomes: dict, names, path: str) -> str:

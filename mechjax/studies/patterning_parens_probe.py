@@ -1,5 +1,6 @@
-"""The earlier design of the parenthesis patterning study (``--design=probe``): it targets a
-behavioural probe loss at one posterior, not the LLC of each solution.
+"""Patterning on parenthesis balancing, the earlier design: a behavioural probe loss targeted at one
+posterior, not the LLC of each solution. The task, the counts rate and how a seed's algorithm is
+counted: :mod:`mechjax.studies.patterning_parens_base`.
 
 Susceptibilities are estimated at the unweighted seed 0's checkpoint ``chi_step``
 (:func:`mechjax.slt.susceptibility.estimate_susceptibilities`), with per-sample probes drawn from
@@ -12,25 +13,79 @@ between the two reference solutions, ``∓(φ_counts(w_prefix) − φ_counts(w_c
 ``target="reference"`` it is ``φ_counts(w_A) − E[φ_counts]``.
 
 This asks a local linear response for a jump between two solutions, far outside its linear regime,
-and it drops the LLC observable that the patterning mechanism works through; the default design
-(:mod:`mechjax.studies.patterning_parens_llc`) targets each solution's LLC instead.
+and it drops the LLC observable that the patterning mechanism works through;
+:mod:`mechjax.studies.patterning_parens` targets each solution's LLC instead.
+
+The stages, each resuming from what the workdir holds: the two reference solutions (trained for
+``reference_steps``, with their LLCs), ``num_seeds`` unweighted seeds, the susceptibilities and the
+re-weightings (``patterning.json``), and ``num_seeds`` seeds retrained toward each algorithm (paired
+with the unweighted ones: Wilcoxon's signed-rank test on the counts rates). Outputs: those,
+``metrics.jsonl``, ``summary.json`` and ``figures/patterning_parens.png``.
 """
 
 from __future__ import annotations
 
-import time
+import dataclasses
+import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mechjax import config
 from mechjax import plotting
 from mechjax import rng
 from mechjax.data import parens
 from mechjax.slt import patterning
 from mechjax.slt import susceptibility as sus
+from mechjax.studies import frame
+from mechjax.studies.patterning_parens_base import Model
+from mechjax.studies.patterning_parens_base import ParensSettings
+from mechjax.studies.patterning_parens_base import group_probes
+from mechjax.studies.patterning_parens_base import groups
+from mechjax.studies.patterning_parens_base import make_data
+from mechjax.studies.patterning_parens_base import paired_wilcoxon_p
+from mechjax.studies.patterning_parens_base import reference_solutions
+from mechjax.studies.patterning_parens_base import refs_summary
+from mechjax.studies.patterning_parens_base import seed_outcomes
+from mechjax.studies.patterning_parens_base import train_condition
+
+NAME = "patterning_parens_probe"
+CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
+CONDITIONS = ("unweighted", "toward_counts", "toward_prefix")
+TARGETS = ("gap", "reference")
 
 
-def compute_patterning(cfg, model, data: dict, w_star, references: dict, groups_fn) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Config(ParensSettings):
+  """The settings of :class:`~mechjax.studies.patterning_parens_base.ParensSettings` and these."""
+
+  neg_prefix_fraction: float | None = config.setting(
+    None,
+    "Share of the negative (unequal-count) training strings that have a negative prefix, the "
+    "cue the prefix algorithm reads; unset (-1): uniform negatives (about 0.81 at length 20).",
+    check=config.within(0, 1, low_open=False, high_open=False),
+    unset=-1.0,
+  )
+  chi_step: int = config.setting(
+    250,
+    "The checkpoint of the unweighted seed 0 at which susceptibilities are estimated (a "
+    "multiple of --checkpoint_every, at most --steps).",
+    check=config.at_least(1),
+  )
+  target: str = config.setting(
+    "gap",
+    "Size of the φ_counts target: 'gap' moves it by the distance between the reference "
+    "solutions (same size both ways); 'reference' moves the posterior mean onto each reference.",
+    choices=TARGETS,
+  )
+
+  def validate(self):
+    self.run.check_checkpoint("chi_step", self.chi_step)
+    super().validate()
+
+
+def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict, ids, names):
   """Susceptibilities at ``w_star`` over group-stratified training probes, group responses, and the
   simplex re-weighting toward each reference solution.
 
@@ -40,29 +95,23 @@ def compute_patterning(cfg, model, data: dict, w_star, references: dict, groups_
     data: the study's data (``train``, ``test``, ``probes``).
     w_star: the parameters where the posterior is localised.
     references: each reference solution's numbers (``phi_counts`` is used).
-    groups_fn: ``groups_fn(tokens) -> (ids, names)``.
+    ids: the group of every training string.
+    names: one name per group.
   """
-  ids, names = groups_fn(data["train"]["tokens"])
   num_groups = len(names)
   chosen = group_probes(cfg, ids, num_groups)
-  probe_data = _jnp({k: v[chosen] for k, v in data["train"].items()})
-  probes = jnp.asarray(data["probes"]["tokens"])
-  test = _jnp(data["test"])
-  counts_labels = jnp.ones(len(probes), jnp.int32)
-
-  t0 = time.perf_counter()
+  train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
   res = sus.estimate_susceptibilities(
     model.per_sample_loss,
     w_star,
-    _jnp(data["train"]),
-    probe_data,
+    train,
+    jax.tree.map(lambda v: v[chosen], train),
     key=rng.key(cfg.run.seed, "susceptibility"),
     settings=cfg.sgld,
     eval_size=cfg.eval_size,
     observable=model.probe_observables,
-    observable_data={"probes": probes, "counts_labels": counts_labels, "test": test},
+    observable_data={"probes": jnp.asarray(data["probes"]["tokens"]), "test": test},
   )
-  seconds = time.perf_counter() - t0
   response = res.response[0, 1:]  # (2 observables, probes): φ_counts, φ_test
   se = cfg.nbeta * res.standard_error[0, 1:]
   sub_ids = ids[chosen]
@@ -75,14 +124,13 @@ def compute_patterning(cfg, model, data: dict, w_star, references: dict, groups_
   mean_phi = res.observable_means[0, 1:]
   out = {
     "group_names": names,
-    "group_sizes": np.bincount(ids, minlength=num_groups).tolist(),
-    "base": base.tolist(),
-    "group_response": j_g.tolist(),
-    "group_response_se": se_g.tolist(),
-    "llc_at_w_star": float(res.llc[0]),
-    "posterior_mean_phi": mean_phi.tolist(),
-    "seconds": seconds,
-    "probes_per_group": np.bincount(sub_ids, minlength=num_groups).tolist(),
+    "group_sizes": np.bincount(ids, minlength=num_groups),
+    "base": base,
+    "group_response": j_g,
+    "group_response_se": se_g,
+    "llc_at_w_star": res.llc[0],
+    "posterior_mean_phi": mean_phi,
+    "probes_per_group": np.bincount(sub_ids, minlength=num_groups),
     "targets": {},
   }
   gap = references["prefix"]["phi_counts"] - references["counts"]["phi_counts"]
@@ -94,28 +142,86 @@ def compute_patterning(cfg, model, data: dict, w_star, references: dict, groups_
     target = np.array([delta, 0.0])
     dh = patterning.patterning_weights(j_g, target, ridge=cfg.ridge, simplex=True, base=base)
     out["targets"][algorithm] = {
-      "target_delta": target.tolist(),
-      "group_distribution": (base + dh).tolist(),
-      "predicted_delta": (j_g @ dh).tolist(),
-      "total_variation": float(0.5 * np.abs(dh).sum()),
+      "target_delta": target,
+      "group_distribution": base + dh,
+      "predicted_delta": j_g @ dh,
+      "total_variation": 0.5 * np.abs(dh).sum(),
     }
   return out
 
 
-def group_probes(cfg, ids: np.ndarray, num_groups: int) -> np.ndarray:
-  """The training strings used as probes: up to ``per_group`` of each group, from the stream
-  ``"probe-choice"``."""
-  choice = rng.numpy(cfg.run.seed, "probe-choice")
-  return np.concatenate(
-    [choice.permutation(np.nonzero(ids == g)[0])[: cfg.per_group] for g in range(num_groups)]
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
+  figure."""
+  model = Model(cfg)
+  data = make_data(cfg, cfg.neg_prefix_fraction)
+  with ctx.timed("references"):
+    refs = reference_solutions(cfg, model, data, ctx, estimate_llcs=True)
+  unweighted = train_condition(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
+  histories = {"unweighted": unweighted.history}
+  ids, names = groups(data["train"]["tokens"])
+
+  def patterning_stage():
+    w_star = unweighted.params_of(0, cfg.chi_step)
+    return compute_patterning(cfg, model, data, w_star, refs, ids, names)
+
+  pat = ctx.stage("patterning", patterning_stage)
+  for algorithm in parens.ALGORITHMS:
+    weights = patterning.sample_weights(pat["targets"][algorithm]["group_distribution"], ids)
+    name = f"toward_{algorithm}"
+    every = cfg.run.steps  # only the end: no susceptibility is estimated on these runs
+    histories[name] = train_condition(cfg, model, data, weights, name, ctx, every).history
+  outcomes = {c: seed_outcomes(cfg, histories[c][-1]) for c in CONDITIONS}
+  summary = {
+    "design": "probe",
+    "nbeta": cfg.nbeta,
+    "chi_step": cfg.chi_step,
+    "reference_solutions": refs_summary(refs),
+    "patterning": {k: pat[k] for k in ("llc_at_w_star", "posterior_mean_phi", "targets")},
+    "conditions": outcomes,
+    # Paired by seed (the same keys in every condition): Wilcoxon signed-rank on the counts rates.
+    "wilcoxon_p_vs_unweighted": {
+      c: paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
+      for c in CONDITIONS[1:]
+    },
+  }
+  return frame.Outputs(
+    summary,
+    figures=lambda folder: [
+      plot(cfg, pat, histories, refs, os.path.join(folder, "patterning_parens.png"))
+    ],
+    captions={
+      "patterning_parens.png": "Left: each group's response of the counts observable, bars ±2 "
+      "s.e. Middle: how each re-weighting changes the groups' probabilities (same order). Right: "
+      "the counts rate during training per condition, thick lines the means over seeds, thin "
+      "lines each seed; the horizontal lines are the two reference solutions."
+    },
   )
 
 
-def _jnp(tree):
-  return {k: jnp.asarray(v) for k, v in tree.items()}
+def report(summary: dict) -> list[str]:
+  """What the command line prints: each reference solution's LLC and which algorithm every
+  condition's seeds learned."""
+  lines = []
+  for a, r in summary["reference_solutions"].items():
+    lines.append(
+      f"  reference {a}: LLC {r['llc_mean']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains), "
+      f"train accuracy {r['train_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
+    )
+  targets = summary["patterning"]["targets"]
+  for c, o in summary["conditions"].items():
+    tv = "" if c == "unweighted" else f" (TV {targets[c.split('_', 1)[1]]['total_variation']:.3f})"
+    p = summary["wilcoxon_p_vs_unweighted"].get(c)
+    lines.append(
+      f"  {c}{tv}: selected {o['selected']}; counts rate {o['counts_rate_mean']:.3f} ± "
+      f"{o['counts_rate_sd']:.3f} (sd over seeds)"
+      + ("" if p is None else f", Wilcoxon p = {p:.3g} vs unweighted")
+    )
+  return lines
 
 
-def plot(cfg, pat: dict, histories: dict, refs: dict, conditions, path: str) -> str:
+def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   """Group responses of φ_counts (±2 s.e.), the group distributions, and the counts rate over
   training."""
   plt = plotting.plt
@@ -156,7 +262,7 @@ def plot(cfg, pat: dict, histories: dict, refs: dict, conditions, path: str) -> 
   ax.grid(alpha=0.3, axis="y")
   ax = axes[2]
   colors = {"unweighted": "gray", "toward_counts": "C2", "toward_prefix": "C3"}
-  for c in conditions:
+  for c in CONDITIONS:
     steps = np.array([h["step"] for h in histories[c]])
     rate = np.array([h["counts_rate"] for h in histories[c]], float)
     ax.plot(steps, rate, color=colors[c], lw=0.7, alpha=0.5)
