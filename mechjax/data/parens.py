@@ -154,3 +154,31 @@ def features(tokens: np.ndarray) -> dict[str, np.ndarray]:
     "min_prefix": np.minimum(s.min(axis=-1), 0),
     "max_depth": np.maximum(s.max(axis=-1), 0),
   }
+
+
+def groups(tokens: np.ndarray) -> tuple[np.ndarray, list[str]]:
+  """Groups of strings for re-weighting by :mod:`mechjax.slt.patterning`: strings that share their
+  label, first token, depth of the most negative prefix (clipped at 3) and ``|#( − #)| // 2``
+  (clipped at 3). So no group mixes labels, and a weight moved onto a group moves the features the
+  two algorithms read.
+
+  Returns:
+    ``(ids, names)``: each string's group id (``0 .. G−1``, in sorted order of the keys) and one
+    name per group, e.g. ``"uneq )… min2 Δ4"``.
+  """
+  f = features(tokens)
+  keys = np.stack(
+    [
+      label(tokens, "prefix"),
+      f["first_close"],
+      np.minimum(-f["min_prefix"], 3),
+      np.minimum(np.abs(f["count_difference"]) // 2, 3),
+    ],
+    1,
+  )
+  uniq, ids = np.unique(keys, axis=0, return_inverse=True)
+  names = [
+    f"{'bal' if b else 'uneq'} {')' if c else '('}… min{-m} Δ{2 * d}" + ("+" if d == 3 else "")
+    for b, c, m, d in uniq
+  ]
+  return ids.reshape(-1), names

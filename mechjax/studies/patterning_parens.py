@@ -44,17 +44,8 @@ from mechjax.config import ConfigError
 from mechjax.data import parens
 from mechjax.slt import patterning
 from mechjax.studies import frame
+from mechjax.studies import patterning_parens_base as shared
 from mechjax.studies import patterning_parens_llc as llc_design
-from mechjax.studies.patterning_parens_base import Model
-from mechjax.studies.patterning_parens_base import NotASolution
-from mechjax.studies.patterning_parens_base import ParensSettings
-from mechjax.studies.patterning_parens_base import groups
-from mechjax.studies.patterning_parens_base import make_data
-from mechjax.studies.patterning_parens_base import paired_wilcoxon_p
-from mechjax.studies.patterning_parens_base import reference_solutions
-from mechjax.studies.patterning_parens_base import refs_summary
-from mechjax.studies.patterning_parens_base import seed_outcomes
-from mechjax.studies.patterning_parens_base import train_condition
 from mechjax.train.loop import StudyStopped
 
 NAME = "patterning_parens"
@@ -63,7 +54,7 @@ CONDITIONS = ("unweighted", *llc_design.REWEIGHTINGS)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(ParensSettings):
+class Config(shared.ParensSettings):
   """The settings of :class:`~mechjax.studies.patterning_parens_base.ParensSettings` and these."""
 
   neg_prefix_fraction: float | None = config.setting(
@@ -105,13 +96,16 @@ class Config(ParensSettings):
     super().validate()
 
 
-def base_rate_sweep(cfg: Config, model: Model, ctx: frame.Context) -> tuple[list[dict], dict]:
+def base_rate_sweep(
+  cfg: Config, model: shared.Model, ctx: frame.Context
+) -> tuple[list[dict], dict]:
   """``num_seeds`` unweighted seeds at every share of ``base_rate_fractions``; returns the sweep's
   rows and the runs' histories by fraction."""
   rows, histories = [], {}
   for f in cfg.base_rate_fractions:
-    result = train_condition(cfg, model, make_data(cfg, f), np.ones(cfg.n), f"base_rate_{f:g}", ctx)
-    o = seed_outcomes(cfg, result.history[-1])
+    data = shared.make_data(cfg, f)
+    result = shared.train_weighted(cfg, model, data, np.ones(cfg.n), f"base_rate_{f:g}", ctx)
+    o = shared.seed_outcomes(cfg, result.history[-1])
     histories[f] = result.history
     rows.append(
       {
@@ -141,7 +135,7 @@ def ranked_fractions(cfg: Config, sweep: list[dict]) -> list[tuple[float, str, b
   return [(r["fraction"], "sweep", in_range(r)) for r in order]
 
 
-def solved_share(cfg: Config, model: Model, sweep: list[dict], ctx: frame.Context):
+def solved_share(cfg: Config, model: shared.Model, sweep: list[dict], ctx: frame.Context):
   """The first share of :func:`ranked_fractions` whose forced references both train (each given
   up to ``reference_max_steps``), as ``(share, chosen_by, in_range, data, refs, passed_over)``;
   ``passed_over`` lists the shares tried before it and why. Stops the study
@@ -150,13 +144,11 @@ def solved_share(cfg: Config, model: Model, sweep: list[dict], ctx: frame.Contex
   max_steps = cfg.reference_max_steps or 4 * first
   passed_over = []
   for rank, (fraction, chosen_by, in_range) in enumerate(ranked_fractions(cfg, sweep)):
-    data = make_data(cfg, fraction)
+    data = shared.make_data(cfg, fraction)
     prefix = "" if rank == 0 else f"share_{fraction:g}_"
     try:
-      refs = reference_solutions(
-        cfg, model, data, ctx, estimate_llcs=False, prefix=prefix, max_steps=max_steps
-      )
-    except NotASolution as e:
+      refs = shared.reference_solutions(cfg, model, data, ctx, prefix=prefix, max_steps=max_steps)
+    except shared.NotASolution as e:
       passed_over.append(
         {
           "fraction": fraction,
@@ -186,7 +178,7 @@ def solved_share(cfg: Config, model: Model, sweep: list[dict], ctx: frame.Contex
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
   figure."""
-  model = Model(cfg)
+  model = shared.Model(cfg)
   sweep, sweep_histories = base_rate_sweep(cfg, model, ctx)
   fraction, chosen_by, in_range, data, refs, passed_over = solved_share(cfg, model, sweep, ctx)
   ctx.log(
@@ -196,15 +188,15 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   if fraction in sweep_histories:
     histories["unweighted"] = sweep_histories[fraction]
   else:
-    histories["unweighted"] = train_condition(
+    histories["unweighted"] = shared.train_weighted(
       cfg, model, data, np.ones(cfg.n), "unweighted", ctx
     ).history
-  ids, names = groups(data["train"]["tokens"])
+  ids, names = parens.groups(data["train"]["tokens"])
   pat = ctx.stage("patterning", lambda: llc_design.analysis(cfg, model, data, refs, ids, names))
   for name in llc_design.REWEIGHTINGS:
     weights = patterning.sample_weights(pat["reweightings"][name]["group_distribution"], ids)
-    histories[name] = train_condition(cfg, model, data, weights, name, ctx).history
-  outcomes = {c: seed_outcomes(cfg, histories[c][-1]) for c in CONDITIONS}
+    histories[name] = shared.train_weighted(cfg, model, data, weights, name, ctx).history
+  outcomes = {c: shared.seed_outcomes(cfg, histories[c][-1]) for c in CONDITIONS}
   per_chain = pat["measured_llc_per_chain"]
   summary = {
     "design": "llc",
@@ -222,7 +214,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         "llc_sd_over_chains": np.std(per_chain[a]["unweighted"]),
         "llc_from_susceptibility_run": pat["responses"][a]["llc"],
       }
-      for a, r in refs_summary(refs).items()
+      for a, r in shared.refs_summary(refs).items()
     },
     "llc_response_parts": {
       a: {
@@ -244,7 +236,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     },
     # The seeds are paired (the same keys in every condition): Wilcoxon signed-rank on counts rates.
     "wilcoxon_p_vs_unweighted": {
-      c: paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
+      c: shared.paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
       for c in llc_design.REWEIGHTINGS
     },
   }

@@ -11,8 +11,8 @@ rate**, the fraction of probes it calls balanced, tells which algorithm it runs;
 as one algorithm when it is perfect in distribution (held-out accuracy ≥ ``perfect_accuracy``) and
 its counts rate is above (counts) or below (prefix) one half.
 
-Here: the settings both studies share, the data, the groups of training strings, the model,
-training on a re-weighted distribution, the forced reference solutions, and the tallies.
+Here: the settings both studies share, the data, the model, training on a re-weighted
+distribution, the forced reference solutions, and the tallies.
 """
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ from mechjax import rng
 from mechjax.config import ConfigError
 from mechjax.data import parens
 from mechjax.models.transformer import Transformer
-from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
-from mechjax.studies import frame
 from mechjax.train import loop
 
 OUTCOMES = (*parens.ALGORITHMS, "not perfect")
@@ -157,27 +155,6 @@ def make_data(cfg: ParensSettings, neg_prefix_fraction: float | None = None) -> 
   }
 
 
-def groups(tokens: np.ndarray) -> tuple[np.ndarray, list[str]]:
-  """Each training string's group: (label, first token, depth of its most negative prefix clipped at
-  3, |count difference| // 2 clipped at 3). Returns the group ids and one name per group."""
-  f = parens.features(tokens)
-  keys = np.stack(
-    [
-      parens.label(tokens, "prefix"),
-      f["first_close"],
-      np.minimum(-f["min_prefix"], 3),
-      np.minimum(np.abs(f["count_difference"]) // 2, 3),
-    ],
-    1,
-  )
-  uniq, ids = np.unique(keys, axis=0, return_inverse=True)
-  names = [
-    f"{'bal' if b else 'uneq'} {')' if c else '('}… min{-m} Δ{2 * d}" + ("+" if d == 3 else "")
-    for b, c, m, d in uniq
-  ]
-  return ids.reshape(-1), names
-
-
 def group_probes(cfg: ParensSettings, ids: np.ndarray, num_groups: int) -> np.ndarray:
   """The training strings used as per-sample probes of the susceptibilities: up to ``per_group`` of
   each group, from the stream ``"probe-choice"``."""
@@ -234,13 +211,12 @@ class Model:
     return jnp.stack([phi_counts, jnp.mean(self.per_sample_loss(params, od["test"]))])
 
 
-def train_weighted(
-  cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every, train_like=None, steps=None
-):
-  """Trains run ``run`` of ``num_seeds`` seeds on ``data["train"]`` with the per-sample loss
-  weighted by ``weights`` (:func:`mechjax.slt.patterning.weighted_problem`; ``train_like`` gives the
-  samples' format when they differ), evaluated on the held-out splits, with AdamW (plain Adam when
-  ``weight_decay`` is 0)."""
+def train_weighted(cfg, model, data, weights, run, ctx, *, train_like=None, **overrides):
+  """Trains run ``run`` from scratch on the training strings sampled with ``weights``
+  (:func:`mechjax.slt.patterning.weighted_problem`), evaluated on the held-out splits, with AdamW
+  (plain Adam when ``weight_decay`` is 0). ``train_like`` gives the samples when they are not
+  ``data["train"]``; ``overrides`` go to ``ctx.train``, whose defaults are the run settings (so the
+  seeds of every condition are the same keys, paired)."""
   train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
   probes = jnp.asarray(data["probes"]["tokens"])
 
@@ -252,9 +228,9 @@ def train_weighted(
       "train_accuracy": model.accuracy(params, train),
     }
 
-  train_like = train if train_like is None else jax.tree.map(jnp.asarray, train_like)
+  samples = train if train_like is None else jax.tree.map(jnp.asarray, train_like)
   problem = patterning.weighted_problem(
-    model.init, model.per_sample_loss, train_like, weights, cfg.batch_size, evaluate
+    model.init, model.per_sample_loss, samples, weights, cfg.batch_size, evaluate
   )
   if cfg.weight_decay == 0:
     optimizer = optax.adam(cfg.learning_rate)
@@ -264,72 +240,47 @@ def train_weighted(
     f"counts rate {np.round(row['counts_rate'], 2).tolist()} | test acc "
     f"{np.round(np.min(row['test_accuracy']), 3)} (worst seed)"
   )
-  return ctx.train(
-    run,
-    problem,
-    optimizer,
-    keys=loop.seed_keys(cfg.run.seed, num_seeds),
-    checkpoint_every=checkpoint_every,
-    summarize=summarize,
-    keep_checkpoints=None,
-    **({} if steps is None else {"steps": steps}),
-  )
-
-
-def train_condition(cfg, model, data, weights, run, ctx, checkpoint_every=None):
-  """``num_seeds`` seeds from scratch on the training strings sampled with ``weights``; the seeds
-  are the same keys in every condition (paired). Checkpoints every ``checkpoint_every`` steps
-  (default ``--checkpoint_every``)."""
-  every = checkpoint_every or cfg.run.checkpoint_every
-  return train_weighted(
-    cfg, model, data, weights, run, ctx, num_seeds=cfg.run.num_seeds, checkpoint_every=every
-  )
+  return ctx.train(run, problem, optimizer, summarize=summarize, keep_checkpoints=None, **overrides)
 
 
 def reference_solutions(
-  cfg: ParensSettings,
-  model: Model,
-  data: dict,
-  ctx: frame.Context,
-  *,
-  estimate_llcs: bool,
-  prefix: str = "",
-  max_steps: int | None = None,
+  cfg: ParensSettings, model: Model, data: dict, ctx, *, prefix: str = "", max_steps=None
 ) -> dict:
-  """Trains one model per algorithm on training + disagreement strings labelled by it, for
-  ``reference_steps`` steps (``steps`` when unset); with ``estimate_llcs``, estimates each one's LLC
-  on the training set alone (where both are perfect).
+  """Trains one model per algorithm (run ``{prefix}reference_{algorithm}``) on training +
+  disagreement strings labelled by it, for ``reference_steps`` steps (``steps`` when unset).
 
   With ``max_steps``, a reference that is not perfect on the training set (accuracy below
   ``perfect_accuracy``) trains on, resuming its run, to ``max_steps`` (when that is more), and one
   still short of it is refused with :class:`NotASolution`: its LLC would not be that of a solution.
   Each reference records ``steps`` (what it trained) and ``train_accuracy_at``, its training
-  accuracy after each stretch by step. Runs are named ``{prefix}reference_{algorithm}``.
+  accuracy after each stretch by step.
   """
   first = cfg.reference_steps or cfg.run.steps
   stretches = (first,) if max_steps is None or max_steps <= first else (first, max_steps)
-  out = {}
   train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
   probes = jnp.asarray(data["probes"]["tokens"])
+  extra = data["disagreement"]["tokens"]
+  key = loop.seed_keys(cfg.run.seed, 1)  # one seed, the first of every condition's
+  out = {}
   for algorithm in parens.ALGORITHMS:
-    extra = data["disagreement"]["tokens"]
     forced = {
       "tokens": np.concatenate([data["train"]["tokens"], extra]),
       "label": np.concatenate([data["train"]["label"], parens.label(extra, algorithm)]),
     }
+    run, weights = f"{prefix}reference_{algorithm}", np.ones(len(forced["label"]))
     accuracy_at = {}
     for steps in stretches:
       result = train_weighted(
         cfg,
         model,
         data,
-        np.ones(len(forced["label"])),
-        f"{prefix}reference_{algorithm}",
+        weights,
+        run,
         ctx,
-        num_seeds=1,
-        checkpoint_every=steps,
         train_like=forced,
+        keys=key,
         steps=steps,
+        checkpoint_every=steps,
       )
       params = result.params_of(0)
       steps = int(result.state["step"][0])  # a resumed run may hold more
@@ -357,17 +308,6 @@ def reference_solutions(
       # A Python float: the probe design takes differences of these in float64.
       "phi_counts": float(jnp.mean(model.per_sample_loss(params, counts_labels))),
     }
-    if estimate_llcs:
-      est = llc_lib.estimate_llc(
-        sgld_lib.MeanLoss(model.per_sample_loss),
-        params,
-        train,
-        key=rng.key(cfg.run.seed, "reference-llc"),
-        settings=cfg.sgld,
-        num_draws=cfg.llc_draws,
-      )
-      out[algorithm]["llc_mean"] = est.llc_mean
-      out[algorithm]["llc_sd_over_chains"] = np.std(est.llc_per_chain)
   return out
 
 

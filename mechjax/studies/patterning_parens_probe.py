@@ -36,19 +36,12 @@ from mechjax import config
 from mechjax import plotting
 from mechjax import rng
 from mechjax.data import parens
+from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
+from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
 from mechjax.studies import frame
-from mechjax.studies.patterning_parens_base import Model
-from mechjax.studies.patterning_parens_base import ParensSettings
-from mechjax.studies.patterning_parens_base import group_probes
-from mechjax.studies.patterning_parens_base import groups
-from mechjax.studies.patterning_parens_base import make_data
-from mechjax.studies.patterning_parens_base import paired_wilcoxon_p
-from mechjax.studies.patterning_parens_base import reference_solutions
-from mechjax.studies.patterning_parens_base import refs_summary
-from mechjax.studies.patterning_parens_base import seed_outcomes
-from mechjax.studies.patterning_parens_base import train_condition
+from mechjax.studies import patterning_parens_base as shared
 
 NAME = "patterning_parens_probe"
 CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
@@ -57,7 +50,7 @@ TARGETS = ("gap", "reference")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(ParensSettings):
+class Config(shared.ParensSettings):
   """The settings of :class:`~mechjax.studies.patterning_parens_base.ParensSettings` and these."""
 
   neg_prefix_fraction: float | None = config.setting(
@@ -99,7 +92,7 @@ def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict,
     names: one name per group.
   """
   num_groups = len(names)
-  chosen = group_probes(cfg, ids, num_groups)
+  chosen = shared.group_probes(cfg, ids, num_groups)
   train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
   res = sus.estimate_susceptibilities(
     model.per_sample_loss,
@@ -154,13 +147,23 @@ def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict,
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
   figure."""
-  model = Model(cfg)
-  data = make_data(cfg, cfg.neg_prefix_fraction)
+  model = shared.Model(cfg)
+  data = shared.make_data(cfg, cfg.neg_prefix_fraction)
   with ctx.timed("references"):
-    refs = reference_solutions(cfg, model, data, ctx, estimate_llcs=True)
-  unweighted = train_condition(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
+    refs = shared.reference_solutions(cfg, model, data, ctx)
+    for r in refs.values():  # each one's LLC on the training set alone, where both are perfect
+      est = llc_lib.estimate_llc(
+        sgld_lib.MeanLoss(model.per_sample_loss),
+        r["params"],
+        jax.tree.map(jnp.asarray, data["train"]),
+        key=rng.key(cfg.run.seed, "reference-llc"),
+        settings=cfg.sgld,
+        num_draws=cfg.llc_draws,
+      )
+      r["llc_mean"], r["llc_sd_over_chains"] = est.llc_mean, np.std(est.llc_per_chain)
+  unweighted = shared.train_weighted(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
   histories = {"unweighted": unweighted.history}
-  ids, names = groups(data["train"]["tokens"])
+  ids, names = parens.groups(data["train"]["tokens"])
 
   def patterning_stage():
     w_star = unweighted.params_of(0, cfg.chi_step)
@@ -170,19 +173,22 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   for algorithm in parens.ALGORITHMS:
     weights = patterning.sample_weights(pat["targets"][algorithm]["group_distribution"], ids)
     name = f"toward_{algorithm}"
-    every = cfg.run.steps  # only the end: no susceptibility is estimated on these runs
-    histories[name] = train_condition(cfg, model, data, weights, name, ctx, every).history
-  outcomes = {c: seed_outcomes(cfg, histories[c][-1]) for c in CONDITIONS}
+    # Checkpointed at the end only: no susceptibility is estimated on these runs.
+    result = shared.train_weighted(
+      cfg, model, data, weights, name, ctx, checkpoint_every=cfg.run.steps
+    )
+    histories[name] = result.history
+  outcomes = {c: shared.seed_outcomes(cfg, histories[c][-1]) for c in CONDITIONS}
   summary = {
     "design": "probe",
     "nbeta": cfg.nbeta,
     "chi_step": cfg.chi_step,
-    "reference_solutions": refs_summary(refs),
+    "reference_solutions": shared.refs_summary(refs),
     "patterning": {k: pat[k] for k in ("llc_at_w_star", "posterior_mean_phi", "targets")},
     "conditions": outcomes,
     # Paired by seed (the same keys in every condition): Wilcoxon signed-rank on the counts rates.
     "wilcoxon_p_vs_unweighted": {
-      c: paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
+      c: shared.paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
       for c in CONDITIONS[1:]
     },
   }

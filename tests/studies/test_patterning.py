@@ -15,27 +15,15 @@ from mechjax.models.transformer import Transformer
 from mechjax.models.transformer import attention_patterns
 from mechjax.studies import patterning_induction as ind
 from mechjax.studies import patterning_parens as pp
+from mechjax.studies import patterning_parens_base as pb
 from mechjax.studies import patterning_parens_llc as pl
 from mechjax.studies import patterning_parens_probe as ppp
 from tests.helpers import ROOT
 from tests.helpers import check_report
 
 
-def test_parens_groups_separate_labels_and_first_token():
-  data = parens.make_dataset(0, 400, 10)
-  ids, names = pp.groups(data["tokens"])
-  assert ids.shape == (400,) and len(names) == ids.max() + 1
-  for g in range(len(names)):
-    members = data["tokens"][ids == g]
-    assert len(set(parens.label(members, "prefix"))) == 1  # a group never mixes labels
-    assert len(set(members[:, 0])) == 1  # nor first tokens
-  assert (
-    sum(n.startswith("bal") for n in names) >= 1 and sum(n.startswith("uneq") for n in names) >= 2
-  )
-
-
 def test_parens_probes_are_where_the_algorithms_disagree():
-  data = pp.make_data(pp.Config(n=64, num_probes=32, num_test=16, disagreement=16, length=10))
+  data = pb.make_data(pp.Config(n=64, num_probes=32, num_test=16, disagreement=16, length=10))
   probes = data["probes"]["tokens"]
   assert np.all(parens.label(probes, "counts") == 1) and np.all(parens.label(probes, "prefix") == 0)
   assert np.all(probes[:, 0] == parens.OPEN) and np.all(probes[:, -1] == parens.CLOSE)
@@ -165,9 +153,7 @@ def test_a_forced_reference_short_of_perfect_trains_on_to_reference_max_steps(tm
     **{**TINY_PARENS, "reference_steps": 1, "reference_max_steps": 300, "perfect_accuracy": 0.95}
   )
   ctx = frame.Context(str(tmp_path), False, cfg.run)
-  refs = pp.reference_solutions(
-    cfg, pp.Model(cfg), pp.make_data(cfg, 0.5), ctx, estimate_llcs=False, max_steps=300
-  )
+  refs = pb.reference_solutions(cfg, pb.Model(cfg), pb.make_data(cfg, 0.5), ctx, max_steps=300)
   for algorithm, r in refs.items():
     assert r["train_accuracy_at"][1] < 0.95, algorithm  # one step is not enough: it trained on
     assert r["steps"] == 300 and r["train_accuracy"] == r["train_accuracy_at"][300] >= 0.95
@@ -200,7 +186,7 @@ def test_parens_llc_design_end_to_end_past_a_share_whose_reference_does_not_trai
   to the next share of the sweep's ranking, records the one it passed over, and resumes from the
   saved analysis."""
   cfg = pp.Config().replace(**{**TINY_PARENS, "base_rate_fractions": (0.5, 0.3)})
-  real = pp.reference_solutions
+  real = pb.reference_solutions
   tried = []
 
   def first_share_cannot_train(cfg, model, data, ctx, **kw):
@@ -212,7 +198,7 @@ def test_parens_llc_design_end_to_end_past_a_share_whose_reference_does_not_trai
       kw["max_steps"] = 2
     return real(cfg, model, data, ctx, **kw)
 
-  monkeypatch.setattr(pp, "reference_solutions", first_share_cannot_train)
+  monkeypatch.setattr(pb, "reference_solutions", first_share_cannot_train)
   summary = pp.run(cfg, str(tmp_path), progress=False)
   assert [r["fraction"] for r in summary["base_rate_sweep"]] == [0.5, 0.3]
   first, second = pp.ranked_fractions(cfg, summary["base_rate_sweep"])[:2]
