@@ -17,19 +17,16 @@ the other's. The stages, each resuming from what the workdir holds:
    ``reference_max_steps``; if it is still short, the study moves to the next share of that ranking,
    recording the share it passed over, and stops with a one-line reason only when no share
    qualifies.
-3. **The LLC analysis** (:mod:`mechjax.studies.patterning_parens_llc`): the response of each
-   reference's LLC to every group of training strings, the re-weighting that lowers the target's
-   LLC relative to the other's by ``llc_margin`` inside the linear regime, a random re-weighting of
-   the same total variation, and the LLCs re-estimated on the re-weighted data (predicted against
-   measured Δλ), before any retraining.
-4. **Retraining** under four conditions (unweighted, toward counts, toward prefix, random) with
-   paired seeds; Fisher's exact test on the selection counts and Wilcoxon's on the counts rates.
+3. **The LLC analysis** (:mod:`mechjax.studies.patterning_parens_llc`): the re-weightings that move
+   the target's LLC relative to the other's by ``llc_margin`` inside the linear regime, and the
+   LLCs re-measured under them (predicted against measured Δλ), before any retraining.
+4. **Retraining** under four conditions (unweighted, toward counts, toward prefix, and a random
+   re-weighting of the same total variation) with paired seeds; Fisher's exact test on the
+   selection counts, Wilcoxon's signed-rank test on the counts rates.
 
-The earlier design, a probe loss targeted at one posterior, is its own study:
-:mod:`mechjax.studies.patterning_parens_probe`.
-
-Outputs in the workdir: ``metrics.jsonl`` (every run), ``patterning.json`` (the responses, weights
-and re-measured LLCs; reused on resume), ``summary.json`` and ``figures/patterning_parens.png``.
+The earlier design, a probe loss targeted at one posterior, is
+:mod:`mechjax.studies.patterning_parens_probe`. Outputs in the workdir: ``metrics.jsonl`` (every
+run), ``patterning.json`` (the analysis), ``summary.json`` and ``figures/patterning_parens.png``.
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ import numpy as np
 from mechjax import config
 from mechjax.config import ConfigError
 from mechjax.data import parens
-from mechjax.slt import patterning
 from mechjax.studies import frame
 from mechjax.studies import patterning_parens_base as shared
 from mechjax.studies import patterning_parens_llc as llc_design
@@ -50,7 +46,6 @@ from mechjax.train.loop import StudyStopped
 
 NAME = "patterning_parens"
 CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
-CONDITIONS = ("unweighted", *llc_design.REWEIGHTINGS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +91,7 @@ class Config(shared.ParensSettings):
     super().validate()
 
 
-def base_rate_sweep(
-  cfg: Config, model: shared.Model, ctx: frame.Context
-) -> tuple[list[dict], dict]:
+def base_rate_sweep(cfg: Config, model, ctx: frame.Context) -> tuple[list[dict], dict]:
   """``num_seeds`` unweighted seeds at every share of ``base_rate_fractions``; returns the sweep's
   rows and the runs' histories by fraction."""
   rows, histories = [], {}
@@ -135,7 +128,7 @@ def ranked_fractions(cfg: Config, sweep: list[dict]) -> list[tuple[float, str, b
   return [(r["fraction"], "sweep", in_range(r)) for r in order]
 
 
-def solved_share(cfg: Config, model: shared.Model, sweep: list[dict], ctx: frame.Context):
+def solved_share(cfg: Config, model, sweep: list[dict], ctx: frame.Context):
   """The first share of :func:`ranked_fractions` whose forced references both train (each given
   up to ``reference_max_steps``), as ``(share, chosen_by, in_range, data, refs, passed_over)``;
   ``passed_over`` lists the shares tried before it and why. Stops the study
@@ -149,14 +142,7 @@ def solved_share(cfg: Config, model: shared.Model, sweep: list[dict], ctx: frame
     try:
       refs = shared.reference_solutions(cfg, model, data, ctx, prefix=prefix, max_steps=max_steps)
     except shared.NotASolution as e:
-      passed_over.append(
-        {
-          "fraction": fraction,
-          "algorithm": e.algorithm,
-          "train_accuracy": e.train_accuracy,
-          "steps": e.steps,
-        }
-      )
+      passed_over.append({"fraction": fraction, **e.details})
       ctx.log(f"passing over neg_prefix_fraction={fraction:g}: {e}")
       continue
     if passed_over:
@@ -184,19 +170,16 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   ctx.log(
     f"continuing at neg_prefix_fraction={fraction:g} ({chosen_by}; base rate in 25-75%: {in_range})"
   )
-  histories = {}
-  if fraction in sweep_histories:
-    histories["unweighted"] = sweep_histories[fraction]
-  else:
-    histories["unweighted"] = shared.train_weighted(
+  if fraction not in sweep_histories:  # a given share that was not swept
+    sweep_histories[fraction] = shared.train_weighted(
       cfg, model, data, np.ones(cfg.n), "unweighted", ctx
     ).history
   ids, names = parens.groups(data["train"]["tokens"])
   pat = ctx.stage("patterning", lambda: llc_design.analysis(cfg, model, data, refs, ids, names))
-  for name in llc_design.REWEIGHTINGS:
-    weights = patterning.sample_weights(pat["reweightings"][name]["group_distribution"], ids)
-    histories[name] = shared.train_weighted(cfg, model, data, weights, name, ctx).history
-  outcomes = {c: shared.seed_outcomes(cfg, histories[c][-1]) for c in CONDITIONS}
+  reweightings = {k: pat["reweightings"][k]["group_distribution"] for k in llc_design.REWEIGHTINGS}
+  histories = {"unweighted": sweep_histories[fraction]}
+  histories.update(shared.retrain(cfg, model, data, ids, reweightings, ctx))
+  outcomes = {c: shared.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
   per_chain = pat["measured_llc_per_chain"]
   summary = {
     "design": "llc",
@@ -234,23 +217,12 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       c: {a: llc_design.fisher_p(outcomes[c], outcomes["unweighted"], a) for a in parens.ALGORITHMS}
       for c in llc_design.REWEIGHTINGS
     },
-    # The seeds are paired (the same keys in every condition): Wilcoxon signed-rank on counts rates.
-    "wilcoxon_p_vs_unweighted": {
-      c: shared.paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
-      for c in llc_design.REWEIGHTINGS
-    },
+    "wilcoxon_p_vs_unweighted": shared.wilcoxon_vs_unweighted(outcomes),
   }
   return frame.Outputs(
     summary,
     figures=lambda folder: [
-      llc_design.plot(
-        sweep,
-        pat["responses"],
-        pat["comparison"],
-        outcomes,
-        names,
-        os.path.join(folder, "patterning_parens.png"),
-      )
+      llc_design.plot(sweep, pat, outcomes, os.path.join(folder, "patterning_parens.png"))
     ],
     captions={
       "patterning_parens.png": "1: the share of seeds that learn counts (line) and each seed's "
@@ -268,7 +240,7 @@ def report(summary: dict) -> list[str]:
   lines = ["  base-rate sweep (unweighted; share of negatives with the prefix cue: selected):"]
   for row in summary["base_rate_sweep"]:
     lines.append(f"    {row['fraction']:g}: {row['selected']}")
-  for p in summary.get("shares_passed_over", []):
+  for p in summary["shares_passed_over"]:
     lines.append(
       f"  passed over {p['fraction']:g}: its forced {p['algorithm']} reference reached training "
       f"accuracy {p['train_accuracy']:.3f} after {p['steps']} steps"
@@ -280,14 +252,8 @@ def report(summary: dict) -> list[str]:
   for a, r in summary["reference_solutions"].items():
     lines.append(
       f"  reference {a}: LLC {r['llc']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains), "
-      f"train accuracy {r['train_accuracy']:.3f}"
-      + ("" if "steps" not in r else f" after {r['steps']} steps")
-      + f", held-out {r['test_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
-      + (
-        ""
-        if r["train_accuracy"] >= summary.get("perfect_accuracy", 0.99)
-        else " (NOT a solution: imperfect on the training set)"
-      )
+      f"train accuracy {r['train_accuracy']:.3f} after {r['steps']} steps, held-out "
+      f"{r['test_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
     )
   for name, row in summary["predicted_vs_measured"].items():
     tv = summary["reweightings"][name]["total_variation"]
@@ -298,7 +264,7 @@ def report(summary: dict) -> list[str]:
     )
   for c, o in summary["conditions"].items():
     p = summary["fisher_p_vs_unweighted"].get(c)
-    w = summary.get("wilcoxon_p_vs_unweighted", {}).get(c)
+    w = summary["wilcoxon_p_vs_unweighted"].get(c)
     lines.append(
       f"  {c}: selected {o['selected']}; counts rate {o['counts_rate_mean']:.3f} ± "
       f"{o['counts_rate_sd']:.3f}"

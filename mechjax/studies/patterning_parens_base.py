@@ -125,11 +125,12 @@ class ParensSettings(config.Settings):
 
 class NotASolution(RuntimeError):
   """A forced reference stayed below ``perfect_accuracy`` on the training set, even trained on to
-  its ``max_steps``; ``algorithm``, ``train_accuracy`` and ``steps`` say which and how far."""
+  its ``max_steps``; ``details`` says which (``algorithm``), how far (``train_accuracy``) and after
+  how many ``steps``."""
 
-  def __init__(self, message: str, algorithm: str, train_accuracy: float, steps: int):
+  def __init__(self, message: str, **details):
     super().__init__(message)
-    self.algorithm, self.train_accuracy, self.steps = algorithm, train_accuracy, steps
+    self.details = details
 
 
 def make_data(cfg: ParensSettings, neg_prefix_fraction: float | None = None) -> dict:
@@ -211,7 +212,7 @@ class Model:
     return jnp.stack([phi_counts, jnp.mean(self.per_sample_loss(params, od["test"]))])
 
 
-def train_weighted(cfg, model, data, weights, run, ctx, *, train_like=None, **overrides):
+def train_weighted(cfg, model, data, weights, run, ctx, train_like=None, **overrides):
   """Trains run ``run`` from scratch on the training strings sampled with ``weights``
   (:func:`mechjax.slt.patterning.weighted_problem`), evaluated on the held-out splits, with AdamW
   (plain Adam when ``weight_decay`` is 0). ``train_like`` gives the samples when they are not
@@ -246,7 +247,7 @@ def train_weighted(cfg, model, data, weights, run, ctx, *, train_like=None, **ov
 def reference_solutions(
   cfg: ParensSettings, model: Model, data: dict, ctx, *, prefix: str = "", max_steps=None
 ) -> dict:
-  """Trains one model per algorithm (run ``{prefix}reference_{algorithm}``) on training +
+  """Trains one model per algorithm (run ``{prefix}reference_{algorithm}``, one seed) on training +
   disagreement strings labelled by it, for ``reference_steps`` steps (``steps`` when unset).
 
   With ``max_steps``, a reference that is not perfect on the training set (accuracy below
@@ -260,7 +261,8 @@ def reference_solutions(
   train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
   probes = jnp.asarray(data["probes"]["tokens"])
   extra = data["disagreement"]["tokens"]
-  key = loop.seed_keys(cfg.run.seed, 1)  # one seed, the first of every condition's
+  key = loop.seed_keys(cfg.run.seed, 1)  # one seed: the first of every condition
+  counts_labels = {"tokens": probes, "label": jnp.ones(len(probes), jnp.int32)}
   out = {}
   for algorithm in parens.ALGORITHMS:
     forced = {
@@ -271,16 +273,7 @@ def reference_solutions(
     accuracy_at = {}
     for steps in stretches:
       result = train_weighted(
-        cfg,
-        model,
-        data,
-        weights,
-        run,
-        ctx,
-        train_like=forced,
-        keys=key,
-        steps=steps,
-        checkpoint_every=steps,
+        cfg, model, data, weights, run, ctx, forced, keys=key, steps=steps, checkpoint_every=steps
       )
       params = result.params_of(0)
       steps = int(result.state["step"][0])  # a resumed run may hold more
@@ -293,11 +286,10 @@ def reference_solutions(
         f"the forced {algorithm} reference reached training accuracy {accuracy:.3f} < "
         f"perfect_accuracy={cfg.perfect_accuracy:g} after {steps} steps, so it is not a solution "
         "and its LLC means nothing; raise --reference_max_steps (or use another --seed)",
-        algorithm,
-        accuracy,
-        steps,
+        algorithm=algorithm,
+        train_accuracy=accuracy,
+        steps=steps,
       )
-    counts_labels = {"tokens": probes, "label": jnp.ones(len(probes), jnp.int32)}
     out[algorithm] = {
       "params": params,
       "steps": steps,
@@ -305,10 +297,22 @@ def reference_solutions(
       "train_accuracy": accuracy,
       "test_accuracy": model.accuracy(params, test),
       "counts_rate": model.counts_rate(params, probes),
-      # A Python float: the probe design takes differences of these in float64.
+      # A Python float: the probe study takes differences of these in float64.
       "phi_counts": float(jnp.mean(model.per_sample_loss(params, counts_labels))),
     }
   return out
+
+
+def retrain(cfg, model, data, ids, distributions: dict, ctx, **overrides) -> dict:
+  """The histories of ``num_seeds`` seeds trained from scratch on each re-weighting
+  (``{condition: distribution over the groups ids}``, spread evenly over each group's strings by
+  :func:`mechjax.slt.patterning.sample_weights`), by condition."""
+  return {
+    name: train_weighted(
+      cfg, model, data, patterning.sample_weights(dist, ids), name, ctx, **overrides
+    ).history
+    for name, dist in distributions.items()
+  }
 
 
 def refs_summary(refs: dict) -> dict:
@@ -332,11 +336,32 @@ def seed_outcomes(cfg: ParensSettings, row: dict) -> dict:
   }
 
 
-def paired_wilcoxon_p(a, b) -> float | None:
-  """The Wilcoxon signed-rank p-value of paired samples ``a`` and ``b`` (the same seeds in two
-  conditions); None when there are fewer than two pairs or no pair differs (the test is
-  undefined)."""
-  d = np.asarray(a) - np.asarray(b)
-  if d.size < 2 or np.all(d == 0):
-    return None
-  return scipy.stats.wilcoxon(a, b).pvalue
+def wilcoxon_vs_unweighted(outcomes: dict) -> dict:
+  """For every condition but ``"unweighted"``, the Wilcoxon signed-rank p-value of its seeds'
+  counts rates against the unweighted ones (paired: the same keys in every condition); None when
+  there are fewer than two pairs or no pair differs (the test is undefined)."""
+  base = outcomes["unweighted"]["counts_rate"]
+  out = {}
+  for c, o in outcomes.items():
+    d = np.asarray(o["counts_rate"]) - np.asarray(base)
+    if c == "unweighted":
+      continue
+    undefined = d.size < 2 or np.all(d == 0)
+    out[c] = None if undefined else scipy.stats.wilcoxon(o["counts_rate"], base).pvalue
+  return out
+
+
+COLORS = {"counts": "C2", "prefix": "C3", "not perfect": "lightgray"}
+
+
+def label_axes(ax, title: str, ylabel: str, xlabel: str = "", grid: str = "both", legend=7):
+  """The studies' panel style: a title, axis labels, a light ``grid`` (``"both"`` or ``"y"``) and a
+  legend of font size ``legend`` (None: no legend)."""
+  ax.set_title(title, fontsize=10)
+  ax.set_ylabel(ylabel)
+  if xlabel:
+    ax.set_xlabel(xlabel)
+  if grid:
+    ax.grid(alpha=0.3, axis=grid)
+  if legend:
+    ax.legend(fontsize=legend)

@@ -34,34 +34,25 @@ from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
-from mechjax.studies.patterning_parens_base import group_probes
+from mechjax.studies import patterning_parens_base as shared
 
 REWEIGHTINGS = ("toward_counts", "toward_prefix", "random")
 
 
 def analysis(cfg, model, data: dict, references: dict, ids: np.ndarray, names: list) -> dict:
-  """The whole analysis at the chosen share: the responses (:func:`llc_responses`), the
-  re-weightings (:func:`targets`, :func:`random_reweighting` with the larger total variation of the
-  two), each reference's LLC re-measured under each (:func:`measure_llcs`) and the comparison
-  (:func:`compare`). The study keeps it as ``patterning.json``.
-
-  Args:
-    cfg: the study's Config.
-    model: the study's Model.
-    data: the study's data at the chosen share.
-    references: ``{algorithm: {"params": w*, ...}}``.
-    ids: the group of every training string.
-    names: one name per group.
-  """
+  """The whole analysis at the chosen share (``data``, its strings' group ``ids`` and group
+  ``names``), at the forced ``references`` (``{algorithm: {"params": w*, ...}}``): the responses
+  (:func:`llc_responses`), the re-weightings (:func:`targets`, and :func:`random_reweighting` with
+  the larger total variation of the two), each reference's LLC re-measured under each
+  (:func:`measure_llcs`) and the comparison (:func:`compare`). The study keeps it as
+  ``patterning.json``."""
   num_groups = len(names)
   base = np.bincount(ids, minlength=num_groups) / len(ids)
-  chosen = group_probes(cfg, ids, num_groups)
-  responses = llc_responses(cfg, model, data, references, ids, num_groups, chosen)
+  chosen = shared.group_probes(cfg, ids, num_groups)
+  responses = llc_responses(cfg, model, data, references, ids[chosen], chosen, num_groups)
   reweightings = targets(responses, base, cfg.llc_margin, cfg.ridge)
   tv = max(r["total_variation"] for r in reweightings.values())
-  d = {a: np.asarray(responses[a]["dllc_total"]) for a in parens.ALGORITHMS}
-  g = {a: np.asarray(responses[a]["dtest"]) for a in parens.ALGORITHMS}
-  reweightings["random"] = random_reweighting(cfg.run.seed, base, tv, d, g)
+  reweightings["random"] = random_reweighting(cfg.run.seed, base, tv, responses)
   distributions = {k: r["group_distribution"] for k, r in reweightings.items()}
   measured = measure_llcs(cfg, model, data, references, ids, distributions)
   return {
@@ -75,33 +66,22 @@ def analysis(cfg, model, data: dict, references: dict, ids: np.ndarray, names: l
   }
 
 
-def llc_responses(cfg, model, data: dict, references: dict, ids, num_groups, chosen) -> dict:
-  """Per reference solution: its LLC, the group response of its LLC (total, implicit, explicit) and
-  of its held-out loss, with standard errors over chains.
-
-  Args:
-    cfg: the study's Config (``sgld``, ``eval_size``, ``run.seed``).
-    model: the study's Model.
-    data: the study's data at the chosen fraction (``train``, ``test``).
-    references: ``{algorithm: {"params": w*, ...}}``.
-    ids: the group of every training string.
-    num_groups: G.
-    chosen: the indices of the training strings used as probes.
+def llc_responses(cfg, model, data: dict, references: dict, sub_ids, chosen, num_groups) -> dict:
+  """Per reference solution (``{algorithm: {"params": w*}}``): its LLC, the group response of its
+  LLC (total, implicit, explicit) and of its held-out loss, with standard errors over chains, from
+  the training strings ``chosen`` as probes (of groups ``sub_ids``).
 
   Returns:
     ``{algorithm: {...}}``: ``llc``, ``dllc_total``, ``dllc_implicit`` (± ``dllc_implicit_se``),
     ``dllc_explicit``, ``dtest`` (± ``dtest_se``) by group, and ``test_loss_mean``.
   """
   train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
-  probe_data = jax.tree.map(lambda v: v[chosen], train)
-  sub_ids = ids[chosen]
-  counts = np.bincount(sub_ids, minlength=num_groups)
 
   def by_group(columns):
     return patterning.group_response(columns, sub_ids, num_groups)[0]
 
   def se_by_group(se):
-    return np.sqrt(patterning.group_response(se**2, sub_ids, num_groups)[0] / counts)
+    return patterning.group_response_se(se, sub_ids, num_groups)[0]
 
   out = {}
   for i, algorithm in enumerate(parens.ALGORITHMS):
@@ -109,7 +89,7 @@ def llc_responses(cfg, model, data: dict, references: dict, ids, num_groups, cho
       model.per_sample_loss,
       references[algorithm]["params"],
       train,
-      probe_data,
+      jax.tree.map(lambda v: v[chosen], train),
       key=rng.key(cfg.run.seed, "llc-susceptibility", i),
       settings=cfg.sgld,
       eval_size=cfg.eval_size,
@@ -133,15 +113,10 @@ def llc_responses(cfg, model, data: dict, references: dict, ids, num_groups, cho
 
 
 def targets(responses: dict, base: np.ndarray, margin: float, ridge: float = 0.0) -> dict:
-  """The simplex re-weighting toward each algorithm: ``Δ(λ_T − λ_O) = −margin`` and no change of
-  either reference's held-out loss, to first order; with each reference's predicted ``Δλ``.
-
-  Args:
-    responses: :func:`llc_responses`.
-    base: ``(G,)`` the training distribution over groups.
-    margin: how far ``λ_T − λ_O`` is to fall.
-    ridge: the inverse's ridge.
-  """
+  """The simplex re-weighting (from the training distribution over groups ``base``, with the
+  inverse's ``ridge``) toward each algorithm: ``Δ(λ_T − λ_O) = −margin`` and no change of either
+  reference's held-out loss, to first order, from :func:`llc_responses`; with each reference's
+  predicted ``Δλ``."""
   d = {a: np.asarray(responses[a]["dllc_total"]) for a in parens.ALGORITHMS}
   g = {a: np.asarray(responses[a]["dtest"]) for a in parens.ALGORITHMS}
   out = {}
@@ -150,11 +125,11 @@ def targets(responses: dict, base: np.ndarray, margin: float, ridge: float = 0.0
     rows = np.stack([d[target] - d[other], g["counts"], g["prefix"]])
     goal = np.array([-margin, 0.0, 0.0])
     dp = patterning.patterning_weights(rows, goal, ridge=ridge, simplex=True, base=base)
-    out[f"toward_{target}"] = _predicted(d, g, base, dp, goal=goal)
+    out[f"toward_{target}"] = _predicted(responses, base, dp, goal=goal)
   return out
 
 
-def random_reweighting(seed: int, base: np.ndarray, total_variation: float, d, g) -> dict:
+def random_reweighting(seed: int, base: np.ndarray, total_variation: float, responses) -> dict:
   """The control: ``(1 − t)·base + t·r`` with ``r`` a Dirichlet(1) draw over the groups (the stream
   ``"random-reweighting"``) and ``t`` chosen for the given total variation (``t ≤ 1``: a total
   variation beyond ``r``'s own distance from ``base`` is not reached, and the one reached is
@@ -162,14 +137,13 @@ def random_reweighting(seed: int, base: np.ndarray, total_variation: float, d, g
   r = rng.numpy(seed, "random-reweighting").dirichlet(np.ones(len(base)))
   tv_r = 0.5 * np.abs(r - base).sum()
   t = min(1.0, total_variation / tv_r)
-  dp = t * (r - base)
-  return _predicted(d, g, base, dp, goal=None)
+  return _predicted(responses, base, t * (r - base), goal=None)
 
 
-def _predicted(d: dict, g: dict, base, dp, goal) -> dict:
-  pred = {f"dllc_{a}": d[a] @ dp for a in parens.ALGORITHMS}
+def _predicted(responses: dict, base, dp, goal) -> dict:
+  pred = {f"dllc_{a}": np.asarray(responses[a]["dllc_total"]) @ dp for a in parens.ALGORITHMS}
   pred["dllc_counts_minus_prefix"] = pred["dllc_counts"] - pred["dllc_prefix"]
-  pred.update({f"dtest_{a}": g[a] @ dp for a in parens.ALGORITHMS})
+  pred.update({f"dtest_{a}": np.asarray(responses[a]["dtest"]) @ dp for a in parens.ALGORITHMS})
   return {
     "goal": goal,
     "group_distribution": base + dp,
@@ -179,22 +153,11 @@ def _predicted(d: dict, g: dict, base, dp, goal) -> dict:
 
 
 def measure_llcs(cfg, model, data: dict, references: dict, ids, distributions: dict) -> dict:
-  """Each reference's LLC on the training data and on every re-weighting of it, from the same
-  chains (the key of the stream ``("llc-check", reference)``): per chain, so that the differences
-  are paired.
-
-  Args:
-    cfg: the study's Config.
-    model: the study's Model (``weighted_loss`` is the mean of ``weight · ℓ``).
-    data: the study's data (``train``).
-    references: ``{algorithm: {"params": w*}}``.
-    ids: the group of every training string.
-    distributions: ``{name: group distribution}``; the unweighted estimate is added as
-      ``"unweighted"``.
-
-  Returns:
-    ``{algorithm: {name: llc per chain}}``.
-  """
+  """Each reference's LLC (``{algorithm: {"params": w*}}``) on the training data and on every
+  re-weighting of it (``{name: distribution over the groups ids}``), from the same chains (the key
+  of the stream ``("llc-check", reference)``), per chain so that the differences are paired:
+  ``{algorithm: {"unweighted" or name: LLC per chain}}``. The weighted loss is the mean of
+  ``weight · ℓ`` with weights of mean 1 (``model.weighted_loss``)."""
   # No MALA diagnostic here: it costs a gradient per step and these estimates only feed differences.
   settings = dataclasses.replace(cfg.sgld, num_draws=cfg.llc_draws, mala=False).resolved(cfg.n)
   weights = {"unweighted": np.ones(cfg.n)}
@@ -205,11 +168,10 @@ def measure_llcs(cfg, model, data: dict, references: dict, ids, distributions: d
   for i, algorithm in enumerate(parens.ALGORITHMS):
     out[algorithm] = {}
     for name, w in weights.items():
-      batch = {**train, "weight": jnp.asarray(w, jnp.float32)}
       est = llc_lib.estimate_llc(
         sgld_lib.MeanLoss(model.weighted_loss),
         references[algorithm]["params"],
-        batch,
+        {**train, "weight": jnp.asarray(w, jnp.float32)},
         key=rng.key(cfg.run.seed, "llc-check", i),
         settings=settings,
       )
@@ -247,83 +209,67 @@ def fisher_p(condition: dict, unweighted: dict, algorithm: str) -> float:
   return scipy.stats.fisher_exact([[a, n - a], [b, m - b]]).pvalue
 
 
-def plot(sweep: list, responses: dict, comparison: dict, outcomes: dict, names, path: str) -> str:
-  """Four panels: the base-rate sweep; each group's LLC response at both references; predicted
-  against measured ``Δλ``; and what every condition's seeds learned."""
+def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
+  """Four panels: the base-rate sweep; each group's LLC response at both references (from the
+  analysis ``pat``); predicted against measured ``Δλ``; and what every condition's seeds learned."""
   plt = plotting.plt
-  fig, axes = plt.subplots(
-    1, 4, figsize=(21, 4.8), gridspec_kw={"width_ratios": [0.9, 1.6, 1.0, 1.0]}
-  )
+  ratios = [0.9, 1.6, 1.0, 1.0]
+  fig, axes = plt.subplots(1, 4, figsize=(21, 4.8), gridspec_kw={"width_ratios": ratios})
   ax = axes[0]
-  fr = [row["fraction"] for row in sweep]
+  shares = [row["counts_share"] for row in sweep]
   ax.plot(
-    fr, [row["counts_share"] for row in sweep], "o-", color="C2", label="seeds learning counts"
+    [row["fraction"] for row in sweep], shares, "o-", color="C2", label="seeds learning counts"
   )
   for row in sweep:
     rates = np.asarray(row["counts_rate"], float)
     ax.scatter(np.full(rates.size, row["fraction"]), rates, s=8, color="gray", alpha=0.5)
   ax.axhspan(0.25, 0.75, color="C0", alpha=0.08, label="target base rate 25–75%")
-  ax.set_xlabel("share of negatives with a negative prefix")
-  ax.set_ylabel("counts share (line) / counts rate (dots)")
   ax.set_ylim(-0.03, 1.03)
-  ax.set_title("base-rate sweep, unweighted", fontsize=10)
-  ax.legend(fontsize=7)
-  ax.grid(alpha=0.3)
+  shared.label_axes(
+    ax,
+    "base-rate sweep, unweighted",
+    "counts share (line) / counts rate (dots)",
+    "share of negatives with a negative prefix",
+  )
 
-  ax = axes[1]
+  ax, names, responses = axes[1], pat["group_names"], pat["responses"]
   x = np.arange(len(names))
-  width = 0.4
   for i, a in enumerate(parens.ALGORITHMS):
-    total = np.asarray(responses[a]["dllc_total"])
-    se = np.asarray(responses[a]["dllc_implicit_se"])
     ax.bar(
-      x + (i - 0.5) * width,
-      total,
-      width,
-      yerr=2 * se,
+      x + (i - 0.5) * 0.4,
+      responses[a]["dllc_total"],
+      0.4,
+      yerr=2 * np.asarray(responses[a]["dllc_implicit_se"]),
       capsize=1.5,
-      color="C2" if a == "counts" else "C3",
+      color=shared.COLORS[a],
       label=f"dλ/dh at the {a} solution (λ = {responses[a]['llc']:.1f})",
     )
   ax.axhline(0, color="black", lw=0.6)
   ax.set_xticks(x, names, rotation=90, fontsize=6)
-  ax.set_ylabel("dλ/dh_group  (implicit + explicit, ±2 s.e.)")
-  ax.set_title("the LLC's response to each group of training strings", fontsize=10)
-  ax.legend(fontsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  title = "the LLC's response to each group of training strings"
+  shared.label_axes(ax, title, "dλ/dh_group  (implicit + explicit, ±2 s.e.)", grid="y")
 
   ax = axes[2]
-  for k, (name, row) in enumerate(comparison.items()):
+  for k, (name, row) in enumerate(pat["comparison"].items()):
     for j, a in enumerate(parens.ALGORITHMS):
       r = row[f"dllc_{a}"]
-      ax.errorbar(
-        r["predicted"],
-        r["measured"],
-        yerr=2 * r["se"],
-        fmt="o^"[j],
-        color=f"C{k}",
-        label=f"{name.replace('_', ' ')}: λ_{a}",
-      )
+      label = f"{name.replace('_', ' ')}: λ_{a}"
+      yerr = 2 * r["se"]
+      ax.errorbar(r["predicted"], r["measured"], yerr, fmt="o^"[j], color=f"C{k}", label=label)
   lims = np.array(ax.get_xlim() + ax.get_ylim())
-  lo, hi = lims.min(), lims.max()
-  ax.plot([lo, hi], [lo, hi], color="black", lw=0.6, ls="--")
-  ax.set_xlabel("predicted Δλ (linear response)")
-  ax.set_ylabel("measured Δλ (re-estimated, ±2 s.e.)")
-  ax.set_title("the prediction, checked before retraining", fontsize=10)
-  ax.legend(fontsize=6)
-  ax.grid(alpha=0.3)
+  ax.plot([lims.min(), lims.max()], [lims.min(), lims.max()], color="black", lw=0.6, ls="--")
+  title, xlabel = "the prediction, checked before retraining", "predicted Δλ (linear response)"
+  shared.label_axes(ax, title, "measured Δλ (re-estimated, ±2 s.e.)", xlabel, legend=6)
 
-  ax = axes[3]
-  conds = list(outcomes)
-  bottom = np.zeros(len(conds))
-  for outcome, color in zip(("counts", "prefix", "not perfect"), ("C2", "C3", "lightgray")):
-    v = np.array([outcomes[c]["selected"][outcome] for c in conds], float)
-    ax.bar(np.arange(len(conds)), v, bottom=bottom, color=color, label=outcome)
+  ax, x = axes[3], np.arange(len(outcomes))
+  bottom = np.zeros(len(outcomes))
+  for outcome in shared.OUTCOMES:
+    v = np.array([o["selected"][outcome] for o in outcomes.values()], float)
+    ax.bar(x, v, bottom=bottom, color=shared.COLORS[outcome], label=outcome)
     bottom += v
-  ax.set_xticks(np.arange(len(conds)), [c.replace("_", "\n") for c in conds], fontsize=8)
-  ax.set_ylabel("seeds")
+  ax.set_xticks(x, [c.replace("_", "\n") for c in outcomes], fontsize=8)
   ax.set_ylim(0, 1.3 * max(bottom.max(), 1))
-  ax.set_title("what the retrained seeds learned", fontsize=10)
+  shared.label_axes(ax, "what the retrained seeds learned", "seeds", grid="", legend=None)
   ax.legend(fontsize=7, loc="upper center", ncol=3)
   fig.tight_layout()
   fig.savefig(path, dpi=110)

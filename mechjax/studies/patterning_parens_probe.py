@@ -45,7 +45,6 @@ from mechjax.studies import patterning_parens_base as shared
 
 NAME = "patterning_parens_probe"
 CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
-CONDITIONS = ("unweighted", "toward_counts", "toward_prefix")
 TARGETS = ("gap", "reference")
 
 
@@ -79,18 +78,9 @@ class Config(shared.ParensSettings):
 
 
 def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict, ids, names):
-  """Susceptibilities at ``w_star`` over group-stratified training probes, group responses, and the
-  simplex re-weighting toward each reference solution.
-
-  Args:
-    cfg: the study's Config.
-    model: the study's Model.
-    data: the study's data (``train``, ``test``, ``probes``).
-    w_star: the parameters where the posterior is localised.
-    references: each reference solution's numbers (``phi_counts`` is used).
-    ids: the group of every training string.
-    names: one name per group.
-  """
+  """Susceptibilities at ``w_star`` (the posterior's localisation) over group-stratified training
+  probes (group ``ids``, group ``names``), group responses, and the simplex re-weighting toward each
+  reference solution (whose ``phi_counts`` set the targets)."""
   num_groups = len(names)
   chosen = shared.group_probes(cfg, ids, num_groups)
   train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
@@ -109,10 +99,7 @@ def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict,
   se = cfg.nbeta * res.standard_error[0, 1:]
   sub_ids = ids[chosen]
   j_g = patterning.group_response(response, sub_ids, num_groups)
-  se_g = np.sqrt(
-    patterning.group_response(se**2, sub_ids, num_groups)
-    / np.bincount(sub_ids, minlength=num_groups)
-  )
+  se_g = patterning.group_response_se(se, sub_ids, num_groups)
   base = np.bincount(ids, minlength=num_groups) / len(ids)
   mean_phi = res.observable_means[0, 1:]
   out = {
@@ -162,7 +149,6 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       )
       r["llc_mean"], r["llc_sd_over_chains"] = est.llc_mean, np.std(est.llc_per_chain)
   unweighted = shared.train_weighted(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
-  histories = {"unweighted": unweighted.history}
   ids, names = parens.groups(data["train"]["tokens"])
 
   def patterning_stage():
@@ -170,15 +156,13 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     return compute_patterning(cfg, model, data, w_star, refs, ids, names)
 
   pat = ctx.stage("patterning", patterning_stage)
-  for algorithm in parens.ALGORITHMS:
-    weights = patterning.sample_weights(pat["targets"][algorithm]["group_distribution"], ids)
-    name = f"toward_{algorithm}"
-    # Checkpointed at the end only: no susceptibility is estimated on these runs.
-    result = shared.train_weighted(
-      cfg, model, data, weights, name, ctx, checkpoint_every=cfg.run.steps
-    )
-    histories[name] = result.history
-  outcomes = {c: shared.seed_outcomes(cfg, histories[c][-1]) for c in CONDITIONS}
+  toward = {f"toward_{a}": pat["targets"][a]["group_distribution"] for a in parens.ALGORITHMS}
+  histories = {"unweighted": unweighted.history}
+  # Checkpointed at the end only: no susceptibility is estimated on these runs.
+  histories.update(
+    shared.retrain(cfg, model, data, ids, toward, ctx, checkpoint_every=cfg.run.steps)
+  )
+  outcomes = {c: shared.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
   summary = {
     "design": "probe",
     "nbeta": cfg.nbeta,
@@ -186,11 +170,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "reference_solutions": shared.refs_summary(refs),
     "patterning": {k: pat[k] for k in ("llc_at_w_star", "posterior_mean_phi", "targets")},
     "conditions": outcomes,
-    # Paired by seed (the same keys in every condition): Wilcoxon signed-rank on the counts rates.
-    "wilcoxon_p_vs_unweighted": {
-      c: shared.paired_wilcoxon_p(outcomes[c]["counts_rate"], outcomes["unweighted"]["counts_rate"])
-      for c in CONDITIONS[1:]
-    },
+    "wilcoxon_p_vs_unweighted": shared.wilcoxon_vs_unweighted(outcomes),
   }
   return frame.Outputs(
     summary,
@@ -232,61 +212,39 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   training."""
   plt = plotting.plt
   fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), gridspec_kw={"width_ratios": [1.3, 1.3, 1]})
-  names = pat["group_names"]
   j = np.asarray(pat["group_response"])[0]
   se = np.asarray(pat["group_response_se"])[0]
   order = np.argsort(j)
-  x = np.arange(len(names))
+  x, names = np.arange(len(order)), [pat["group_names"][i] for i in order]
   ax = axes[0]
-  ax.bar(
-    x, j[order], yerr=2 * se[order], color=np.where(j[order] < 0, "C2", "C3"), alpha=0.8, capsize=2
-  )
-  ax.set_xticks(x, [names[i] for i in order], rotation=90, fontsize=6)
-  ax.set_ylabel("dE[φ_counts]/dh  (< 0: toward counts)")
-  ax.set_title(
-    f"group responses at step {cfg.chi_step} (nβ = {cfg.nbeta:.0f}, ±2 s.e.)", fontsize=10
-  )
-  ax.grid(alpha=0.3, axis="y")
+  colors = np.where(j[order] < 0, "C2", "C3")
+  ax.bar(x, j[order], yerr=2 * se[order], color=colors, alpha=0.8, capsize=2)
+  ax.set_xticks(x, names, rotation=90, fontsize=6)
+  title = f"group responses at step {cfg.chi_step} (nβ = {cfg.nbeta:.0f}, ±2 s.e.)"
+  shared.label_axes(ax, title, "dE[φ_counts]/dh  (< 0: toward counts)", grid="y", legend=None)
   ax = axes[1]
-  width = 0.4
-  base = np.asarray(pat["base"])
   for i, a in enumerate(parens.ALGORITHMS):
-    tv = pat["targets"][a]["total_variation"]
-    change = np.asarray(pat["targets"][a]["group_distribution"]) - base
-    ax.bar(
-      x + (i - 0.5) * width,
-      change[order],
-      width,
-      label=f"toward {a} (TV {tv:.3f})",
-      color=f"C{2 if a == 'counts' else 3}",
-    )
+    target = pat["targets"][a]
+    change = np.asarray(target["group_distribution"]) - np.asarray(pat["base"])
+    label = f"toward {a} (TV {target['total_variation']:.3f})"
+    ax.bar(x + (i - 0.5) * 0.4, change[order], 0.4, label=label, color=shared.COLORS[a])
   ax.axhline(0, color="black", lw=0.6)
-  ax.set_xticks(x, [names[i] for i in order], rotation=90, fontsize=6)
-  ax.set_ylabel("change of the group's probability")
-  ax.set_title("re-weighting (same group order)", fontsize=10)
-  ax.legend(fontsize=8)
-  ax.grid(alpha=0.3, axis="y")
+  ax.set_xticks(x, names, rotation=90, fontsize=6)
+  title = "re-weighting (same group order)"
+  shared.label_axes(ax, title, "change of the group's probability", grid="y", legend=8)
   ax = axes[2]
   colors = {"unweighted": "gray", "toward_counts": "C2", "toward_prefix": "C3"}
-  for c in CONDITIONS:
-    steps = np.array([h["step"] for h in histories[c]])
-    rate = np.array([h["counts_rate"] for h in histories[c]], float)
+  for c, history in histories.items():
+    steps = np.array([h["step"] for h in history])
+    rate = np.array([h["counts_rate"] for h in history], float)
     ax.plot(steps, rate, color=colors[c], lw=0.7, alpha=0.5)
     ax.plot(steps, rate.mean(1), color=colors[c], lw=2, label=c.replace("_", " "))
   for a, style in zip(parens.ALGORITHMS, ("--", ":")):
-    ax.axhline(
-      refs[a]["counts_rate"],
-      color="black",
-      ls=style,
-      lw=0.8,
-      label=f"reference {a} (LLC {refs[a]['llc_mean']:.1f})",
-    )
-  ax.set_xlabel("training step")
-  ax.set_ylabel("counts rate on probes")
+    label = f"reference {a} (LLC {refs[a]['llc_mean']:.1f})"
+    ax.axhline(refs[a]["counts_rate"], color="black", ls=style, lw=0.8, label=label)
   ax.set_ylim(-0.03, 1.03)
-  ax.set_title(f"{cfg.run.num_seeds} seeds per condition (thin: each seed)", fontsize=10)
-  ax.legend(fontsize=7)
-  ax.grid(alpha=0.3)
+  title = f"{cfg.run.num_seeds} seeds per condition (thin: each seed)"
+  shared.label_axes(ax, title, "counts rate on probes", "training step")
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
