@@ -81,11 +81,26 @@ def sample_balanced(rng: np.random.Generator, num: int, length: int) -> np.ndarr
   return _draw(rng, num, _check_length(length), balanced, _equal_count_strings)
 
 
-def sample_probes(rng: np.random.Generator, num: int, length: int) -> np.ndarray:
-  """Uniform equal-count strings with a negative prefix: where the two algorithms disagree."""
-  return _draw(
-    rng, num, _check_length(length), lambda t: equal_counts(t) & ~balanced(t), _equal_count_strings
-  )
+def sample_probes(
+  rng: np.random.Generator, num: int, length: int, inner: bool = False
+) -> np.ndarray:
+  """Uniform equal-count strings with a negative prefix: where the two algorithms disagree.
+
+  With ``inner``, only probes that start with ``(`` and end with ``)``, so that neither end gives
+  the answer away: the first ``num`` such of ``16 · num`` probes, refused when fewer are (short
+  strings have few).
+  """
+  if not inner:
+    disagree = lambda t: equal_counts(t) & ~balanced(t)
+    return _draw(rng, num, _check_length(length), disagree, _equal_count_strings)
+  pool = sample_probes(rng, 16 * num, length)
+  kept = pool[(pool[:, 0] == OPEN) & (pool[:, -1] == CLOSE)]
+  if len(kept) < num:
+    raise ValueError(
+      f"only {len(kept)} of {16 * num} probes start with ( and end with ); ask for fewer probes "
+      "or longer strings"
+    )
+  return kept[:num]
 
 
 def has_negative_prefix(tokens: np.ndarray) -> np.ndarray:

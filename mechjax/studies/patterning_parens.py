@@ -12,11 +12,8 @@ the other's. The stages, each resuming from what the workdir holds:
    prefix cue (``base_rate_fractions``; with uniform negatives 81% do, and every seed learns prefix,
    a base rate that 8 seeds cannot see move). The study continues at ``neg_prefix_fraction``, by
    default the swept share whose counts share is nearest one half.
-2. **Reference solutions**: one model forced to each algorithm by ``disagreement`` strings labelled
-   by it. One short of ``perfect_accuracy`` on the training set trains on to
-   ``reference_max_steps``; if it is still short, the study moves to the next share of that ranking,
-   recording the share it passed over, and stops with a one-line reason only when no share
-   qualifies.
+2. **Reference solutions** (:func:`solved_share`), one forced to each algorithm, at the first share
+   of that ranking where both reach ``perfect_accuracy`` on the training set.
 3. **The LLC analysis** (:mod:`mechjax.studies.patterning_parens_llc`): the re-weightings that move
    the target's LLC relative to the other's by ``llc_margin`` inside the linear regime, and the
    LLCs re-measured under them (predicted against measured Δλ), before any retraining.
@@ -25,8 +22,8 @@ the other's. The stages, each resuming from what the workdir holds:
    selection counts, Wilcoxon's signed-rank test on the counts rates.
 
 The earlier design, a probe loss targeted at one posterior, is
-:mod:`mechjax.studies.patterning_parens_probe`. Outputs in the workdir: ``metrics.jsonl`` (every
-run), ``patterning.json`` (the analysis), ``summary.json`` and ``figures/patterning_parens.png``.
+:mod:`mechjax.studies.patterning_parens_probe`. Outputs: ``metrics.jsonl``, ``patterning.json``
+(the analysis), ``summary.json`` and ``figures/patterning_parens.png``.
 """
 
 from __future__ import annotations
@@ -100,15 +97,8 @@ def base_rate_sweep(cfg: Config, model, ctx: frame.Context) -> tuple[list[dict],
     result = shared.train_weighted(cfg, model, data, np.ones(cfg.n), f"base_rate_{f:g}", ctx)
     o = shared.seed_outcomes(cfg, result.history[-1])
     histories[f] = result.history
-    rows.append(
-      {
-        "fraction": f,
-        "selected": o["selected"],
-        "counts_share": o["selected"]["counts"] / cfg.run.num_seeds,
-        "counts_rate": o["counts_rate"],
-        "counts_rate_mean": o["counts_rate_mean"],
-      }
-    )
+    row = {k: o[k] for k in ("selected", "counts_rate", "counts_rate_mean")}
+    rows.append({"fraction": f, "counts_share": o["selected"]["counts"] / cfg.run.num_seeds, **row})
   return rows, histories
 
 
@@ -129,9 +119,10 @@ def ranked_fractions(cfg: Config, sweep: list[dict]) -> list[tuple[float, str, b
 
 
 def solved_share(cfg: Config, model, sweep: list[dict], ctx: frame.Context):
-  """The first share of :func:`ranked_fractions` whose forced references both train (each given
-  up to ``reference_max_steps``), as ``(share, chosen_by, in_range, data, refs, passed_over)``;
-  ``passed_over`` lists the shares tried before it and why. Stops the study
+  """The first share of :func:`ranked_fractions` whose forced references both train: one short of
+  ``perfect_accuracy`` on the training set trains on to ``reference_max_steps``, and one still short
+  passes the share over. Returns ``(share, chosen_by, in_range, data, refs, passed_over)``, the
+  last listing the shares tried before it and why; stops the study with a one-line reason
   (:class:`~mechjax.train.loop.StudyStopped`) only when no share qualifies."""
   first = cfg.reference_steps or cfg.run.steps
   max_steps = cfg.reference_max_steps or 4 * first
@@ -148,15 +139,19 @@ def solved_share(cfg: Config, model, sweep: list[dict], ctx: frame.Context):
     if passed_over:
       chosen_by += f", rank {rank + 1} (the references of the shares before it do not train)"
     return fraction, chosen_by, in_range, data, refs, passed_over
-  tried = "; ".join(
-    f"{p['fraction']:g}: the {p['algorithm']} reference reached {p['train_accuracy']:.3f} after "
-    f"{p['steps']} steps"
-    for p in passed_over
-  )
   raise StudyStopped(
     f"no share's forced references reach training accuracy perfect_accuracy="
-    f"{cfg.perfect_accuracy:g} ({tried}), so no reference LLC means anything; raise "
-    "--reference_max_steps, or try other --base_rate_fractions or another --seed"
+    f"{cfg.perfect_accuracy:g} ({'; '.join(map(passed_over_text, passed_over))}), so no "
+    "reference LLC means anything; raise --reference_max_steps, or try other "
+    "--base_rate_fractions or another --seed"
+  )
+
+
+def passed_over_text(p: dict) -> str:
+  """One share that :func:`solved_share` passed over, and why."""
+  return (
+    f"{p['fraction']:g}: the forced {p['algorithm']} reference reached training accuracy "
+    f"{p['train_accuracy']:.3f} after {p['steps']} steps"
   )
 
 
@@ -238,13 +233,8 @@ def report(summary: dict) -> list[str]:
   """What the command line prints: the sweep, each reference solution's LLC, predicted against
   measured Δλ, and which algorithm every condition's seeds learned."""
   lines = ["  base-rate sweep (unweighted; share of negatives with the prefix cue: selected):"]
-  for row in summary["base_rate_sweep"]:
-    lines.append(f"    {row['fraction']:g}: {row['selected']}")
-  for p in summary["shares_passed_over"]:
-    lines.append(
-      f"  passed over {p['fraction']:g}: its forced {p['algorithm']} reference reached training "
-      f"accuracy {p['train_accuracy']:.3f} after {p['steps']} steps"
-    )
+  lines += [f"    {row['fraction']:g}: {row['selected']}" for row in summary["base_rate_sweep"]]
+  lines += [f"  passed over {passed_over_text(p)}" for p in summary["shares_passed_over"]]
   lines.append(
     f"  continued at {summary['neg_prefix_fraction']:g} ({summary['neg_prefix_fraction_chosen_by']}"
     f"; base rate in 25-75%: {summary['base_rate_in_25_75']})"

@@ -124,9 +124,8 @@ class ParensSettings(config.Settings):
 
 
 class NotASolution(RuntimeError):
-  """A forced reference stayed below ``perfect_accuracy`` on the training set, even trained on to
-  its ``max_steps``; ``details`` says which (``algorithm``), how far (``train_accuracy``) and after
-  how many ``steps``."""
+  """A forced reference stayed below ``perfect_accuracy`` on the training set; ``details``: its
+  ``algorithm``, ``train_accuracy`` and ``steps``."""
 
   def __init__(self, message: str, **details):
     super().__init__(message)
@@ -142,16 +141,10 @@ def make_data(cfg: ParensSettings, neg_prefix_fraction: float | None = None) -> 
   train = parens.make_dataset(train_rng, cfg.n, length, balanced, neg_prefix_fraction)
   test = parens.make_dataset(test_rng, cfg.num_test, length, balanced, neg_prefix_fraction)
   probe_rng = rng.numpy(seed, "probe-strings")
-  pool = parens.sample_probes(probe_rng, 16 * cfg.num_probes, length)
-  inner = pool[(pool[:, 0] == parens.OPEN) & (pool[:, -1] == parens.CLOSE)]
-  if len(inner) < cfg.num_probes:
-    raise ValueError(
-      f"only {len(inner)} probes start with ( and end with ); lower num_probes or raise length"
-    )
   return {
     "train": train,
     "test": test,
-    "probes": {"tokens": inner[: cfg.num_probes]},
+    "probes": {"tokens": parens.sample_probes(probe_rng, cfg.num_probes, length, inner=True)},
     "disagreement": {"tokens": parens.sample_probes(probe_rng, cfg.disagreement, length)},
   }
 

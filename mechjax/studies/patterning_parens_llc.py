@@ -12,10 +12,8 @@
    other ``O``) by ``llc_margin`` to first order, while the held-out loss at both references stays
    put; and a random control, toward a Dirichlet draw with the same total variation.
 3. **The prediction, checked.** Both references' LLCs are estimated again on the re-weighted data
-   (:func:`mechjax.slt.llc.estimate_llc` of the weighted loss, with the same chains as the
-   unweighted estimate, so that their difference carries little Monte-Carlo noise), and the
-   measured ``Δλ`` is set beside the predicted one. A wrong prediction says χ was mis-estimated; a
-   right prediction with no change of selection says the LLC does not drive what SGD learns here.
+   with the same chains as the unweighted estimate (:func:`measure_llcs`), and the measured ``Δλ``
+   is set beside the predicted one (docs/design.md says what each outcome would mean).
 """
 
 from __future__ import annotations

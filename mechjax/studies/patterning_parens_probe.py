@@ -14,13 +14,10 @@ between the two reference solutions, ``∓(φ_counts(w_prefix) − φ_counts(w_c
 
 This asks a local linear response for a jump between two solutions, far outside its linear regime,
 and it drops the LLC observable that the patterning mechanism works through;
-:mod:`mechjax.studies.patterning_parens` targets each solution's LLC instead.
-
-The stages, each resuming from what the workdir holds: the two reference solutions (trained for
-``reference_steps``, with their LLCs), ``num_seeds`` unweighted seeds, the susceptibilities and the
-re-weightings (``patterning.json``), and ``num_seeds`` seeds retrained toward each algorithm (paired
-with the unweighted ones: Wilcoxon's signed-rank test on the counts rates). Outputs: those,
-``metrics.jsonl``, ``summary.json`` and ``figures/patterning_parens.png``.
+:mod:`mechjax.studies.patterning_parens` targets each solution's LLC instead. The seeds retrained
+toward each algorithm are paired with the unweighted ones (Wilcoxon's signed-rank test on the counts
+rates). Outputs: ``metrics.jsonl``, ``patterning.json`` (reused on resume), ``summary.json`` and
+``figures/patterning_parens.png``.
 """
 
 from __future__ import annotations
@@ -150,12 +147,10 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       r["llc_mean"], r["llc_sd_over_chains"] = est.llc_mean, np.std(est.llc_per_chain)
   unweighted = shared.train_weighted(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
   ids, names = parens.groups(data["train"]["tokens"])
-
-  def patterning_stage():
-    w_star = unweighted.params_of(0, cfg.chi_step)
-    return compute_patterning(cfg, model, data, w_star, refs, ids, names)
-
-  pat = ctx.stage("patterning", patterning_stage)
+  w_star = lambda: unweighted.params_of(0, cfg.chi_step)  # restored only when computing
+  pat = ctx.stage(
+    "patterning", lambda: compute_patterning(cfg, model, data, w_star(), refs, ids, names)
+  )
   toward = {f"toward_{a}": pat["targets"][a]["group_distribution"] for a in parens.ALGORITHMS}
   histories = {"unweighted": unweighted.history}
   # Checkpointed at the end only: no susceptibility is estimated on these runs.

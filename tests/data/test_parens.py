@@ -72,3 +72,13 @@ def test_groups_separate_labels_and_first_tokens():
   assert (
     sum(n.startswith("bal") for n in names) >= 1 and sum(n.startswith("uneq") for n in names) >= 2
   )
+
+
+def test_inner_probes_start_with_open_and_end_with_close_and_too_few_are_refused():
+  probes = parens.sample_probes(np.random.default_rng(0), 50, 10, inner=True)
+  assert probes.shape == (50, 10) and len(np.unique(probes, axis=0)) > 10
+  assert np.all(probes[:, 0] == parens.OPEN) and np.all(probes[:, -1] == parens.CLOSE)
+  assert np.all(parens.label(probes, "counts") == 1) and np.all(parens.label(probes, "prefix") == 0)
+  # At length 4 the probes are ())(, )((), )()( and ))((: none starts with ( and ends with ).
+  with pytest.raises(ValueError, match=r"only 0 of 32 probes start with \( and end with \)"):
+    parens.sample_probes(np.random.default_rng(0), 2, 4, inner=True)

@@ -219,7 +219,7 @@ def test_parens_passes_over_a_share_whose_references_do_not_train(tmp_path, monk
       **empty,
     }
   )
-  assert lines[1].startswith("  passed over 0.5: its forced counts reference reached"), lines
+  assert lines[1].startswith("  passed over 0.5: the forced counts reference reached"), lines
   assert lines[2].startswith("  continued at 0.3 (sweep, rank 2"), lines
 
 
