@@ -81,11 +81,26 @@ def sample_balanced(rng: np.random.Generator, num: int, length: int) -> np.ndarr
   return _draw(rng, num, _check_length(length), balanced, _equal_count_strings)
 
 
-def sample_probes(rng: np.random.Generator, num: int, length: int) -> np.ndarray:
-  """Uniform equal-count strings with a negative prefix: where the two algorithms disagree."""
-  return _draw(
-    rng, num, _check_length(length), lambda t: equal_counts(t) & ~balanced(t), _equal_count_strings
-  )
+def sample_probes(
+  rng: np.random.Generator, num: int, length: int, inner: bool = False
+) -> np.ndarray:
+  """Uniform equal-count strings with a negative prefix: where the two algorithms disagree.
+
+  With ``inner``, only probes that start with ``(`` and end with ``)``, so that neither end gives
+  the answer away: the first ``num`` such of ``16 · num`` probes, refused when fewer are (short
+  strings have few).
+  """
+  if not inner:
+    disagree = lambda t: equal_counts(t) & ~balanced(t)
+    return _draw(rng, num, _check_length(length), disagree, _equal_count_strings)
+  pool = sample_probes(rng, 16 * num, length)
+  kept = pool[(pool[:, 0] == OPEN) & (pool[:, -1] == CLOSE)]
+  if len(kept) < num:
+    raise ValueError(
+      f"only {len(kept)} of {16 * num} probes start with ( and end with ); ask for fewer probes "
+      "or longer strings"
+    )
+  return kept[:num]
 
 
 def has_negative_prefix(tokens: np.ndarray) -> np.ndarray:
@@ -154,3 +169,31 @@ def features(tokens: np.ndarray) -> dict[str, np.ndarray]:
     "min_prefix": np.minimum(s.min(axis=-1), 0),
     "max_depth": np.maximum(s.max(axis=-1), 0),
   }
+
+
+def groups(tokens: np.ndarray) -> tuple[np.ndarray, list[str]]:
+  """Groups of strings for re-weighting by :mod:`mechjax.slt.patterning`: strings that share their
+  label, first token, depth of the most negative prefix (clipped at 3) and ``|#( − #)| // 2``
+  (clipped at 3). So no group mixes labels, and a weight moved onto a group moves the features the
+  two algorithms read.
+
+  Returns:
+    ``(ids, names)``: each string's group id (``0 .. G−1``, in sorted order of the keys) and one
+    name per group, e.g. ``"uneq )… min2 Δ4"``.
+  """
+  f = features(tokens)
+  keys = np.stack(
+    [
+      label(tokens, "prefix"),
+      f["first_close"],
+      np.minimum(-f["min_prefix"], 3),
+      np.minimum(np.abs(f["count_difference"]) // 2, 3),
+    ],
+    1,
+  )
+  uniq, ids = np.unique(keys, axis=0, return_inverse=True)
+  names = [
+    f"{'bal' if b else 'uneq'} {')' if c else '('}… min{-m} Δ{2 * d}" + ("+" if d == 3 else "")
+    for b, c, m, d in uniq
+  ]
+  return ids.reshape(-1), names

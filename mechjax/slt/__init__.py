@@ -22,6 +22,7 @@ from mechjax.slt.llc import star_loss_path
 from mechjax.slt.moments import Moments
 from mechjax.slt.moments import StreamedMoments
 from mechjax.slt.patterning import group_response
+from mechjax.slt.patterning import group_response_se
 from mechjax.slt.patterning import patterning_weights
 from mechjax.slt.patterning import project_simplex
 from mechjax.slt.patterning import sample_weights
@@ -61,6 +62,7 @@ __all__ = [
   "estimate_susceptibilities",
   "gaussian",
   "group_response",
+  "group_response_se",
   "linear_response",
   "llc_response",
   "patterning_weights",

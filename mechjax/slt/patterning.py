@@ -171,6 +171,27 @@ def group_response(response, group_ids, num_groups: int | None = None) -> np.nda
     return sums / np.where(counts > 0, counts, np.nan)
 
 
+def group_response_se(standard_error, group_ids, num_groups: int | None = None) -> np.ndarray:
+  """The standard error of each group's response (:func:`group_response`, the mean of its members'
+  columns) from its members' standard errors, taken as independent: ``sqrt(Σ_{i∈g} se_i²) / |g|``.
+
+  Args:
+    standard_error: ``(K, M)`` (or ``(M,)``) standard errors of the responses of K observables to M
+      probes.
+    group_ids: ``(M,)`` non-negative group index of each probe column.
+    num_groups: G; by default one more than the largest id.
+
+  Returns:
+    ``(K, G)``; a group with no member gets a NaN column.
+  """
+  g = np.asarray(group_ids)
+  num_groups = int(g.max()) + 1 if num_groups is None else num_groups
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.sqrt(
+      group_response(standard_error**2, g, num_groups) / np.bincount(g, minlength=num_groups)
+    )
+
+
 def sample_weights(group_distribution, group_ids) -> np.ndarray:
   """Per-sample probabilities from a distribution over groups: each group's mass spread evenly over
   its samples (``p_i = P(g_i) / |g_i|``). Mass on a group with no sample is refused."""

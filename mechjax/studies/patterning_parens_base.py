@@ -1,9 +1,23 @@
-"""The machinery both designs of the parenthesis patterning study share
-(:mod:`mechjax.studies.patterning_parens`): the data, the groups of training strings, the model,
-training on a re-weighted distribution, the forced reference solutions, and counting which algorithm
-each seed learned."""
+"""What the two parenthesis patterning studies share: :mod:`mechjax.studies.patterning_parens`
+(patterning by each solution's LLC) and :mod:`mechjax.studies.patterning_parens_probe` (a probe loss
+targeted at one posterior).
+
+The task (:mod:`mechjax.data.parens`): classify strings of ``(`` and ``)`` as balanced. Training
+holds balanced strings and strings with unequal counts, so two algorithms are perfect on it:
+**counts** (equal numbers of each) and **prefix** (equal numbers and no negative prefix). Probes are
+equal-count strings with a negative prefix that start with ``(`` and end with ``)`` (so neither end
+gives the answer away); counts calls them balanced and prefix does not. A trained model's **counts
+rate**, the fraction of probes it calls balanced, tells which algorithm it runs; a seed is counted
+as one algorithm when it is perfect in distribution (held-out accuracy ≥ ``perfect_accuracy``) and
+its counts rate is above (counts) or below (prefix) one half.
+
+Here: the settings both studies share, the data, the model, training on a re-weighted
+distribution, the forced reference solutions, and the tallies.
+"""
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -11,88 +25,143 @@ import numpy as np
 import optax
 import scipy.stats
 
+from mechjax import config
 from mechjax import rng
+from mechjax.config import ConfigError
 from mechjax.data import parens
 from mechjax.models.transformer import Transformer
-from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
-from mechjax.studies import frame
 from mechjax.train import loop
 
 OUTCOMES = (*parens.ALGORITHMS, "not perfect")
 
 
+@dataclasses.dataclass(frozen=True)
+class ParensSettings(config.Settings):
+  """The settings both parenthesis studies share (the task, the model and its training, the forced
+  reference solutions, the sampler); each study's ``Config`` adds its own."""
+
+  run: config.RunSettings = config.group(
+    config.RunSettings(steps=1000, num_seeds=8, log_every=50, checkpoint_every=250)
+  )
+  length: int = config.setting(
+    20, "String length (even).", check=config.all_of(config.at_least(6), config.even)
+  )
+  n: int = config.setting(
+    4000,
+    "Training strings; nβ = n / ln n for the susceptibilities and LLCs.",
+    check=config.at_least(2),
+  )
+  balanced_fraction: float = config.setting(
+    0.5, "Fraction of balanced training strings.", check=config.within(0, 1)
+  )
+  num_probes: int = config.setting(
+    512,
+    "Probe strings (equal counts, a negative prefix, starting ( and ending )).",
+    check=config.at_least(1),
+  )
+  num_test: int = config.setting(
+    1000,
+    "Held-out in-distribution strings (the 'perfect' check and the held-out loss).",
+    check=config.at_least(1),
+  )
+  disagreement: int = config.setting(
+    1000,
+    "Equal-count strings with a negative prefix added to force each reference solution.",
+    check=config.at_least(1),
+  )
+  reference_steps: int | None = config.setting(
+    None,
+    "Training steps of the forced reference solutions; unset (0): --steps.",
+    check=config.at_least(1),
+    unset=0,
+  )
+  d_model: int = config.setting(32, "Transformer width.", check=config.at_least(1))
+  num_layers: int = config.setting(2, "Transformer layers.", check=config.at_least(1))
+  num_heads: int = config.setting(4, "Attention heads per layer.", check=config.at_least(1))
+  d_mlp: int = config.setting(64, "MLP width.", check=config.at_least(1))
+  learning_rate: float = config.setting(1e-3, "Adam step size.", check=config.positive)
+  weight_decay: float = config.setting(
+    1e-3, "Decoupled weight decay (AdamW); 0 trains with plain Adam.", check=config.non_negative
+  )
+  batch_size: int = config.setting(64, "Training minibatch size.", check=config.at_least(1))
+  per_group: int = config.setting(
+    64, "Training probes per group of strings for the susceptibilities.", check=config.at_least(1)
+  )
+  sgld: sgld_lib.SGLDSettings = sgld_lib.study_group(
+    "SGLD for the susceptibilities (and, with --llc_draws draws, the reference solutions' LLCs).",
+    num_draws=500,
+    num_burnin=100,
+  )
+  eval_size: int = config.setting(
+    512,
+    "Training samples in the fixed subset that defines L(w) for the susceptibilities.",
+    check=config.at_least(1),
+  )
+  llc_draws: int = config.setting(
+    1000, "SGLD draws per chain for the reference solutions' LLCs.", check=config.at_least(1)
+  )
+  ridge: float = config.setting(
+    0.0, "Ridge ρ of the patterning inverse.", check=config.non_negative
+  )
+  perfect_accuracy: float = config.setting(
+    0.99,
+    "Held-out accuracy at which a seed counts as perfect in distribution.",
+    check=config.within(0.5, 1.0, high_open=False),
+  )
+
+  def validate(self):
+    if max(self.batch_size, self.sgld.batch_size) > self.n:
+      raise ConfigError(
+        ("batch_size", "sgld.batch_size", "n"),
+        f"batch sizes ({self.batch_size}, {self.sgld.batch_size}) must not exceed n={self.n}",
+      )
+
+  @property
+  def nbeta(self) -> float:
+    return sgld_lib.default_nbeta(self.n)
+
+
 class NotASolution(RuntimeError):
-  """A forced reference stayed below ``perfect_accuracy`` on the training set, even trained for
-  ``reference_max_steps``; ``algorithm``, ``train_accuracy`` and ``steps`` say which and how far."""
+  """A forced reference stayed below ``perfect_accuracy`` on the training set; ``details``: its
+  ``algorithm``, ``train_accuracy`` and ``steps``."""
 
-  def __init__(self, message: str, algorithm: str, train_accuracy: float, steps: int):
+  def __init__(self, message: str, **details):
     super().__init__(message)
-    self.algorithm, self.train_accuracy, self.steps = algorithm, train_accuracy, steps
+    self.details = details
 
 
-def make_data(cfg, neg_prefix_fraction: float | None = None) -> dict:
+def make_data(cfg: ParensSettings, neg_prefix_fraction: float | None = None) -> dict:
   """Training set, held-out test set (same distribution, with ``neg_prefix_fraction`` of negatives
   carrying the prefix cue; None: uniform negatives), probes and the disagreement pool; each from its
   own stream of ``--seed`` (so every fraction shares its balanced strings and its probes)."""
-  seed = cfg.run.seed
-  train = parens.make_dataset(
-    rng.numpy(seed, "train-strings"),
-    cfg.n,
-    cfg.length,
-    cfg.balanced_fraction,
-    neg_prefix_fraction,
-  )
-  test = parens.make_dataset(
-    rng.numpy(seed, "test-strings"),
-    cfg.num_test,
-    cfg.length,
-    cfg.balanced_fraction,
-    neg_prefix_fraction,
-  )
+  seed, length, balanced = cfg.run.seed, cfg.length, cfg.balanced_fraction
+  train_rng, test_rng = rng.numpy(seed, "train-strings"), rng.numpy(seed, "test-strings")
+  train = parens.make_dataset(train_rng, cfg.n, length, balanced, neg_prefix_fraction)
+  test = parens.make_dataset(test_rng, cfg.num_test, length, balanced, neg_prefix_fraction)
   probe_rng = rng.numpy(seed, "probe-strings")
-  pool = parens.sample_probes(probe_rng, 16 * cfg.num_probes, cfg.length)
-  inner = pool[(pool[:, 0] == parens.OPEN) & (pool[:, -1] == parens.CLOSE)]
-  if len(inner) < cfg.num_probes:
-    raise ValueError(
-      f"only {len(inner)} probes start with ( and end with ); lower num_probes or raise length"
-    )
-  disagree = parens.sample_probes(probe_rng, cfg.disagreement, cfg.length)
   return {
     "train": train,
     "test": test,
-    "probes": {"tokens": inner[: cfg.num_probes]},
-    "disagreement": {"tokens": disagree},
+    "probes": {"tokens": parens.sample_probes(probe_rng, cfg.num_probes, length, inner=True)},
+    "disagreement": {"tokens": parens.sample_probes(probe_rng, cfg.disagreement, length)},
   }
 
 
-def groups(tokens: np.ndarray) -> tuple[np.ndarray, list[str]]:
-  """Each training string's group: (label, first token, depth of its most negative prefix clipped at
-  3, |count difference| // 2 clipped at 3). Returns the group ids and one name per group."""
-  f = parens.features(tokens)
-  lab = parens.label(tokens, "prefix")
-  keys = np.stack(
-    [
-      lab,
-      f["first_close"],
-      np.minimum(-f["min_prefix"], 3),
-      np.minimum(np.abs(f["count_difference"]) // 2, 3),
-    ],
-    1,
+def group_probes(cfg: ParensSettings, ids: np.ndarray, num_groups: int) -> np.ndarray:
+  """The training strings used as per-sample probes of the susceptibilities: up to ``per_group`` of
+  each group, from the stream ``"probe-choice"``."""
+  choice = rng.numpy(cfg.run.seed, "probe-choice")
+  return np.concatenate(
+    [choice.permutation(np.nonzero(ids == g)[0])[: cfg.per_group] for g in range(num_groups)]
   )
-  uniq, ids = np.unique(keys, axis=0, return_inverse=True)
-  names = [
-    f"{'bal' if b else 'uneq'} {')' if c else '('}… min{-m} Δ{2 * d}" + ("+" if d == 3 else "")
-    for b, c, m, d in uniq
-  ]
-  return ids.reshape(-1), names
 
 
 class Model:
   """The classifier: a transformer read out at the last position (``label`` head, 2 classes)."""
 
-  def __init__(self, cfg):
+  def __init__(self, cfg: ParensSettings):
     self.net = Transformer(
       vocab_size=2,
       heads=(("label", 2),),
@@ -131,22 +200,19 @@ class Model:
 
   def probe_observables(self, params, od):
     """``(φ_counts, φ_test)``: the probe loss under counts labels and the held-out loss."""
-    phi_counts = jnp.mean(
-      self.per_sample_loss(params, {"tokens": od["probes"], "label": od["counts_labels"]})
-    )
+    counts = {"tokens": od["probes"], "label": jnp.ones(len(od["probes"]), jnp.int32)}
+    phi_counts = jnp.mean(self.per_sample_loss(params, counts))
     return jnp.stack([phi_counts, jnp.mean(self.per_sample_loss(params, od["test"]))])
 
 
-def _jnp(tree):
-  return jax.tree.map(jnp.asarray, tree)
-
-
-def make_evaluate(model: Model, data: dict):
-  train, test, probes = (
-    _jnp(data["train"]),
-    _jnp(data["test"]),
-    jnp.asarray(data["probes"]["tokens"]),
-  )
+def train_weighted(cfg, model, data, weights, run, ctx, train_like=None, **overrides):
+  """Trains run ``run`` from scratch on the training strings sampled with ``weights``
+  (:func:`mechjax.slt.patterning.weighted_problem`), evaluated on the held-out splits, with AdamW
+  (plain Adam when ``weight_decay`` is 0). ``train_like`` gives the samples when they are not
+  ``data["train"]``; ``overrides`` go to ``ctx.train``, whose defaults are the run settings (so the
+  seeds of every condition are the same keys, paired)."""
+  train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
+  probes = jnp.asarray(data["probes"]["tokens"])
 
   def evaluate(params, key):
     del key
@@ -156,170 +222,90 @@ def make_evaluate(model: Model, data: dict):
       "train_accuracy": model.accuracy(params, train),
     }
 
-  return evaluate
-
-
-def optimizer(cfg) -> optax.GradientTransformation:
-  """AdamW with ``weight_decay`` (plain Adam when it is 0)."""
-  if cfg.weight_decay == 0:
-    return optax.adam(cfg.learning_rate)
-  return optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
-
-
-def train_weighted(
-  cfg, model, data, weights, run, ctx, *, num_seeds, checkpoint_every, train_like=None, steps=None
-):
-  """Trains run ``run`` of ``num_seeds`` seeds on ``data["train"]`` with the per-sample loss
-  weighted by ``weights`` (:func:`mechjax.slt.patterning.weighted_problem`; ``train_like`` gives the
-  samples' format when they differ), evaluated on the held-out splits."""
-  evaluate = make_evaluate(model, data)
-  train_like = data["train"] if train_like is None else train_like
+  samples = train if train_like is None else jax.tree.map(jnp.asarray, train_like)
   problem = patterning.weighted_problem(
-    model.init, model.per_sample_loss, _jnp(train_like), weights, cfg.batch_size, evaluate
+    model.init, model.per_sample_loss, samples, weights, cfg.batch_size, evaluate
   )
+  if cfg.weight_decay == 0:
+    optimizer = optax.adam(cfg.learning_rate)
+  else:
+    optimizer = optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
   summarize = lambda row: (
     f"counts rate {np.round(row['counts_rate'], 2).tolist()} | test acc "
     f"{np.round(np.min(row['test_accuracy']), 3)} (worst seed)"
   )
-  return ctx.train(
-    run,
-    problem,
-    optimizer(cfg),
-    keys=loop.seed_keys(cfg.run.seed, num_seeds),
-    checkpoint_every=checkpoint_every,
-    summarize=summarize,
-    keep_checkpoints=None,
-    **({} if steps is None else {"steps": steps}),
-  )
-
-
-def train_condition(cfg, model, data, weights, run, ctx):
-  """``num_seeds`` seeds from scratch on the training strings sampled with ``weights``; the seeds
-  are the same keys in every condition (paired)."""
-  return train_weighted(
-    cfg,
-    model,
-    data,
-    weights,
-    run,
-    ctx,
-    num_seeds=cfg.run.num_seeds,
-    checkpoint_every=cfg.run.checkpoint_every,
-  )
+  return ctx.train(run, problem, optimizer, summarize=summarize, keep_checkpoints=None, **overrides)
 
 
 def reference_solutions(
-  cfg,
-  model: Model,
-  data: dict,
-  ctx: frame.Context,
-  *,
-  estimate_llcs: bool,
-  prefix="",
-  require_solutions: bool = False,
+  cfg: ParensSettings, model: Model, data: dict, ctx, *, prefix: str = "", max_steps=None
 ) -> dict:
-  """Trains one model per algorithm on training + disagreement strings labelled by it, for
-  ``reference_steps`` steps (``steps`` when unset); with ``estimate_llcs``, estimates each one's LLC
-  on the training set alone (where both are perfect).
+  """Trains one model per algorithm (run ``{prefix}reference_{algorithm}``, one seed) on training +
+  disagreement strings labelled by it, for ``reference_steps`` steps (``steps`` when unset).
 
-  With ``require_solutions`` a reference that is not perfect on the training set (accuracy below
-  ``perfect_accuracy``) trains on, resuming its run, to ``reference_max_steps`` (when that is more),
-  and one still short of it is refused with :class:`NotASolution`: its LLC would not be that of a
-  solution. Each reference records ``steps`` (what it trained) and ``train_accuracy_at``, its
-  training accuracy after each stretch by step.
+  With ``max_steps``, a reference that is not perfect on the training set (accuracy below
+  ``perfect_accuracy``) trains on, resuming its run, to ``max_steps`` (when that is more), and one
+  still short of it is refused with :class:`NotASolution`: its LLC would not be that of a solution.
+  Each reference records ``steps`` (what it trained) and ``train_accuracy_at``, its training
+  accuracy after each stretch by step.
   """
   first = cfg.reference_steps or cfg.run.steps
-  limit = max(first, cfg.reference_max_steps or 4 * first)
-  out = {}
-  train_j = _jnp(data["train"])
+  stretches = (first,) if max_steps is None or max_steps <= first else (first, max_steps)
+  train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
   probes = jnp.asarray(data["probes"]["tokens"])
+  extra = data["disagreement"]["tokens"]
+  key = loop.seed_keys(cfg.run.seed, 1)  # one seed: the first of every condition
+  counts_labels = {"tokens": probes, "label": jnp.ones(len(probes), jnp.int32)}
+  out = {}
   for algorithm in parens.ALGORITHMS:
-    extra = data["disagreement"]["tokens"]
     forced = {
       "tokens": np.concatenate([data["train"]["tokens"], extra]),
       "label": np.concatenate([data["train"]["label"], parens.label(extra, algorithm)]),
     }
+    run, weights = f"{prefix}reference_{algorithm}", np.ones(len(forced["label"]))
     accuracy_at = {}
-    for steps in (first, limit) if require_solutions and limit > first else (first,):
+    for steps in stretches:
       result = train_weighted(
-        cfg,
-        model,
-        data,
-        np.ones(len(forced["label"])),
-        f"{prefix}reference_{algorithm}",
-        ctx,
-        num_seeds=1,
-        checkpoint_every=steps,
-        train_like=forced,
-        steps=steps,
+        cfg, model, data, weights, run, ctx, forced, keys=key, steps=steps, checkpoint_every=steps
       )
       params = result.params_of(0)
-      steps = int(np.asarray(result.state["step"]).reshape(-1)[0])  # a resumed run may hold more
-      accuracy_at[steps] = float(model.accuracy(params, train_j))
+      steps = int(result.state["step"][0])  # a resumed run may hold more
+      accuracy_at[steps] = float(model.accuracy(params, train))  # a Python float for the bar
       if accuracy_at[steps] >= cfg.perfect_accuracy:
         break
-    out[algorithm] = {
-      "params": params,
-      "steps": steps,
-      "train_accuracy_at": {str(s): a for s, a in accuracy_at.items()},
-      "train_accuracy": accuracy_at[steps],
-      "test_accuracy": float(model.accuracy(params, _jnp(data["test"]))),
-      "counts_rate": float(model.counts_rate(params, probes)),
-      "phi_counts": float(
-        jnp.mean(
-          model.per_sample_loss(
-            params, {"tokens": probes, "label": jnp.ones(len(probes), jnp.int32)}
-          )
-        )
-      ),
-    }
-    accuracy = out[algorithm]["train_accuracy"]
-    if require_solutions and accuracy < cfg.perfect_accuracy:
+    accuracy = accuracy_at[steps]
+    if max_steps is not None and accuracy < cfg.perfect_accuracy:
       raise NotASolution(
         f"the forced {algorithm} reference reached training accuracy {accuracy:.3f} < "
         f"perfect_accuracy={cfg.perfect_accuracy:g} after {steps} steps, so it is not a solution "
         "and its LLC means nothing; raise --reference_max_steps (or use another --seed)",
-        algorithm,
-        accuracy,
-        steps,
+        algorithm=algorithm,
+        train_accuracy=accuracy,
+        steps=steps,
       )
-    if estimate_llcs:
-      est = llc_lib.estimate_llc(
-        sgld_lib.MeanLoss(model.per_sample_loss),
-        params,
-        train_j,
-        key=rng.key(cfg.run.seed, "reference-llc"),
-        settings=cfg.sgld,
-        num_draws=cfg.llc_draws,
-      )
-      out[algorithm]["llc_mean"] = est.llc_mean
-      out[algorithm]["llc_sd_over_chains"] = float(np.std(est.llc_per_chain))
+    out[algorithm] = {
+      "params": params,
+      "steps": steps,
+      "train_accuracy_at": accuracy_at,
+      "train_accuracy": accuracy,
+      "test_accuracy": model.accuracy(params, test),
+      "counts_rate": model.counts_rate(params, probes),
+      # A Python float: the probe study takes differences of these in float64.
+      "phi_counts": float(jnp.mean(model.per_sample_loss(params, counts_labels))),
+    }
   return out
 
 
-def seed_outcomes(cfg, row: dict) -> dict:
-  """Which algorithm each seed of a metrics row learned, and the tallies."""
-  rate = np.asarray(row["counts_rate"], float)
-  perfect = np.asarray(row["test_accuracy"], float) >= cfg.perfect_accuracy
-  learned = np.where(~perfect, "not perfect", np.where(rate > 0.5, "counts", "prefix"))
+def retrain(cfg, model, data, ids, distributions: dict, ctx, **overrides) -> dict:
+  """The histories of ``num_seeds`` seeds trained from scratch on each re-weighting
+  (``{condition: distribution over the groups ids}``, spread evenly over each group's strings by
+  :func:`mechjax.slt.patterning.sample_weights`), by condition."""
   return {
-    "counts_rate": rate.tolist(),
-    "test_accuracy": np.asarray(row["test_accuracy"], float).tolist(),
-    "train_accuracy": np.asarray(row["train_accuracy"], float).tolist(),
-    "learned": learned.tolist(),
-    "selected": {a: int(np.sum(learned == a)) for a in OUTCOMES},
-    "counts_rate_mean": float(rate.mean()),
-    "counts_rate_sd": float(rate.std(ddof=1)) if rate.size > 1 else 0.0,
+    name: train_weighted(
+      cfg, model, data, patterning.sample_weights(dist, ids), name, ctx, **overrides
+    ).history
+    for name, dist in distributions.items()
   }
-
-
-def fisher_p(condition: dict, unweighted: dict, algorithm: str) -> float:
-  """Fisher's exact test (two-sided) of ``algorithm``'s share of seeds in a condition against the
-  unweighted one: the 2 × 2 table of seeds that learned it and seeds that did not."""
-  n = sum(condition["selected"].values())
-  m = sum(unweighted["selected"].values())
-  a, b = condition["selected"][algorithm], unweighted["selected"][algorithm]
-  return float(scipy.stats.fisher_exact([[a, n - a], [b, m - b]]).pvalue)
 
 
 def refs_summary(refs: dict) -> dict:
@@ -327,10 +313,48 @@ def refs_summary(refs: dict) -> dict:
   return {a: {k: v for k, v in r.items() if k != "params"} for a, r in refs.items()}
 
 
-def paired_wilcoxon_p(a, b) -> float | None:
-  """The Wilcoxon signed-rank p-value of paired samples ``a`` and ``b``; None when there are fewer
-  than two pairs or no pair differs (the test is undefined)."""
-  d = np.asarray(a) - np.asarray(b)
-  if d.size < 2 or np.all(d == 0):
-    return None
-  return float(scipy.stats.wilcoxon(a, b).pvalue)
+def seed_outcomes(cfg: ParensSettings, row: dict) -> dict:
+  """Which algorithm each seed of a metrics row learned, and the tallies."""
+  rate = np.asarray(row["counts_rate"], float)
+  perfect = np.asarray(row["test_accuracy"], float) >= cfg.perfect_accuracy
+  learned = np.where(~perfect, "not perfect", np.where(rate > 0.5, "counts", "prefix"))
+  return {
+    "counts_rate": rate,
+    "test_accuracy": np.asarray(row["test_accuracy"], float),
+    "train_accuracy": np.asarray(row["train_accuracy"], float),
+    "learned": learned,
+    "selected": {a: int(np.sum(learned == a)) for a in OUTCOMES},  # ints: the report prints them
+    "counts_rate_mean": rate.mean(),
+    "counts_rate_sd": rate.std(ddof=1) if rate.size > 1 else 0.0,
+  }
+
+
+def wilcoxon_vs_unweighted(outcomes: dict) -> dict:
+  """For every condition but ``"unweighted"``, the Wilcoxon signed-rank p-value of its seeds'
+  counts rates against the unweighted ones (paired: the same keys in every condition); None when
+  there are fewer than two pairs or no pair differs (the test is undefined)."""
+  base = outcomes["unweighted"]["counts_rate"]
+  out = {}
+  for c, o in outcomes.items():
+    d = np.asarray(o["counts_rate"]) - np.asarray(base)
+    if c == "unweighted":
+      continue
+    undefined = d.size < 2 or np.all(d == 0)
+    out[c] = None if undefined else scipy.stats.wilcoxon(o["counts_rate"], base).pvalue
+  return out
+
+
+COLORS = {"counts": "C2", "prefix": "C3", "not perfect": "lightgray"}
+
+
+def label_axes(ax, title: str, ylabel: str, xlabel: str = "", grid: str = "both", legend=7):
+  """The studies' panel style: a title, axis labels, a light ``grid`` (``"both"`` or ``"y"``) and a
+  legend of font size ``legend`` (None: no legend)."""
+  ax.set_title(title, fontsize=10)
+  ax.set_ylabel(ylabel)
+  if xlabel:
+    ax.set_xlabel(xlabel)
+  if grid:
+    ax.grid(alpha=0.3, axis=grid)
+  if legend:
+    ax.legend(fontsize=legend)

@@ -1,10 +1,4 @@
-"""The default design of the parenthesis patterning study (``--design=llc``): patterning by the LLC
-of each solution, inside the linear regime, with the prediction checked before retraining.
-
-Among solutions of equal loss the tempered posterior favours the one with the lower local learning
-coefficient, ``log p_A/p_B ≈ −(λ_A − λ_B)·log n`` (Watanabe's free energy), and this is the lever
-that patterning pulls (Wang & Murfet 2026, arXiv:2601.13548): re-weight the data so that the LLC of
-the wanted solution falls relative to the other's. Here:
+"""The LLC analysis of :mod:`mechjax.studies.patterning_parens`, before any retraining:
 
 1. **The LLC's response.** At each reference solution ``w*_A`` (a model forced to algorithm ``A``)
    SGLD samples the localised posterior of the training set
@@ -16,23 +10,20 @@ the wanted solution falls relative to the other's. Here:
 2. **Patterning.** On the simplex of group weights, the minimum-norm re-weighting ``dp``
    (:func:`mechjax.slt.patterning.patterning_weights`) that lowers ``λ_T − λ_O`` (target ``T``,
    other ``O``) by ``llc_margin`` to first order, while the held-out loss at both references stays
-   put.
+   put; and a random control, toward a Dirichlet draw with the same total variation.
 3. **The prediction, checked.** Both references' LLCs are estimated again on the re-weighted data
-   (:func:`mechjax.slt.llc.estimate_llc` of the weighted loss, with the same chains as the
-   unweighted estimate, so that their difference carries little Monte-Carlo noise), and the
-   measured ``Δλ`` is set beside the predicted one. A wrong prediction says χ was mis-estimated; a
-   right prediction with no change of selection says the LLC does not drive what SGD learns here.
-4. **A random control**: a re-weighting toward a random (Dirichlet) group distribution with the same
-   total variation.
+   with the same chains as the unweighted estimate (:func:`measure_llcs`), and the measured ``Δλ``
+   is set beside the predicted one (docs/design.md says what each outcome would mean).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.stats
 
 from mechjax import plotting
 from mechjax import rng
@@ -41,83 +32,89 @@ from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
+from mechjax.studies import patterning_parens_base as shared
 
 REWEIGHTINGS = ("toward_counts", "toward_prefix", "random")
 
 
-def _jnp(tree):
-  return {k: jnp.asarray(v) for k, v in tree.items()}
+def analysis(cfg, model, data: dict, references: dict, ids: np.ndarray, names: list) -> dict:
+  """The whole analysis at the chosen share (``data``, its strings' group ``ids`` and group
+  ``names``), at the forced ``references`` (``{algorithm: {"params": w*, ...}}``): the responses
+  (:func:`llc_responses`), the re-weightings (:func:`targets`, and :func:`random_reweighting` with
+  the larger total variation of the two), each reference's LLC re-measured under each
+  (:func:`measure_llcs`) and the comparison (:func:`compare`). The study keeps it as
+  ``patterning.json``."""
+  num_groups = len(names)
+  base = np.bincount(ids, minlength=num_groups) / len(ids)
+  chosen = shared.group_probes(cfg, ids, num_groups)
+  responses = llc_responses(cfg, model, data, references, ids[chosen], chosen, num_groups)
+  reweightings = targets(responses, base, cfg.llc_margin, cfg.ridge)
+  tv = max(r["total_variation"] for r in reweightings.values())
+  reweightings["random"] = random_reweighting(cfg.run.seed, base, tv, responses)
+  distributions = {k: r["group_distribution"] for k, r in reweightings.items()}
+  measured = measure_llcs(cfg, model, data, references, ids, distributions)
+  return {
+    "group_names": names,
+    "base": base,
+    "probes_per_group": np.bincount(ids[chosen], minlength=num_groups),
+    "responses": responses,
+    "reweightings": reweightings,
+    "measured_llc_per_chain": measured,
+    "comparison": compare(reweightings, measured),
+  }
 
 
-def llc_responses(cfg, model, data: dict, references: dict, ids, num_groups, chosen) -> dict:
-  """Per reference solution: its LLC, the group response of its LLC (total, implicit, explicit) and
-  of its held-out loss, with standard errors over chains.
-
-  Args:
-    cfg: the study's Config (``sgld``, ``eval_size``, ``run.seed``).
-    model: the study's Model.
-    data: the study's data at the chosen fraction (``train``, ``test``).
-    references: ``{algorithm: {"params": w*, ...}}``.
-    ids: the group of every training string.
-    num_groups: G.
-    chosen: the indices of the training strings used as probes.
+def llc_responses(cfg, model, data: dict, references: dict, sub_ids, chosen, num_groups) -> dict:
+  """Per reference solution (``{algorithm: {"params": w*}}``): its LLC, the group response of its
+  LLC (total, implicit, explicit) and of its held-out loss, with standard errors over chains, from
+  the training strings ``chosen`` as probes (of groups ``sub_ids``).
 
   Returns:
-    ``{algorithm: {...}}`` of lists (JSON-ready).
+    ``{algorithm: {...}}``: ``llc``, ``dllc_total``, ``dllc_implicit`` (± ``dllc_implicit_se``),
+    ``dllc_explicit``, ``dtest`` (± ``dtest_se``) by group, and ``test_loss_mean``.
   """
-  probe_data = _jnp({k: v[chosen] for k, v in data["train"].items()})
-  sub_ids = ids[chosen]
-  counts = np.bincount(sub_ids, minlength=num_groups)
+  train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
+
+  def by_group(columns):
+    return patterning.group_response(columns, sub_ids, num_groups)[0]
+
+  def se_by_group(se):
+    return patterning.group_response_se(se, sub_ids, num_groups)[0]
+
   out = {}
-  for algorithm in parens.ALGORITHMS:
-    t0 = time.perf_counter()
+  for i, algorithm in enumerate(parens.ALGORITHMS):
     res = sus.estimate_susceptibilities(
       model.per_sample_loss,
       references[algorithm]["params"],
-      _jnp(data["train"]),
-      probe_data,
-      key=rng.key(cfg.run.seed, "llc-susceptibility", parens.ALGORITHMS.index(algorithm)),
+      train,
+      jax.tree.map(lambda v: v[chosen], train),
+      key=rng.key(cfg.run.seed, "llc-susceptibility", i),
       settings=cfg.sgld,
       eval_size=cfg.eval_size,
       observable=model.test_loss,
-      observable_data=_jnp(data["test"]),
+      observable_data=test,
     )
     parts = sus.llc_response(res)
-    nbeta = res.nbeta
     # The LLC's implicit term is nβ times the response of φ, so its error is nβ² times χ's.
-    implicit_se = nbeta * nbeta * res.standard_error[0, 0]
-    test_se = nbeta * res.standard_error[0, 1]
-
-    def by_group(columns):
-      return patterning.group_response(columns, sub_ids, num_groups)[0]
-
-    def se_by_group(se):
-      return np.sqrt(patterning.group_response(se**2, sub_ids, num_groups)[0] / counts)
-
+    implicit_se = res.nbeta * res.nbeta * res.standard_error[0, 0]
     out[algorithm] = {
-      "llc": float(res.llc[0]),
-      "dllc_total": by_group(parts["total"][0]).tolist(),
-      "dllc_implicit": by_group(parts["implicit"][0]).tolist(),
-      "dllc_explicit": by_group(parts["explicit"][0]).tolist(),
-      "dllc_implicit_se": se_by_group(implicit_se).tolist(),
-      "dtest": by_group(res.response[0, 1]).tolist(),
-      "dtest_se": se_by_group(test_se).tolist(),
-      "test_loss_mean": float(res.observable_means[0, 1]),
-      "seconds": time.perf_counter() - t0,
+      "llc": res.llc[0],
+      "dllc_total": by_group(parts["total"][0]),
+      "dllc_implicit": by_group(parts["implicit"][0]),
+      "dllc_explicit": by_group(parts["explicit"][0]),
+      "dllc_implicit_se": se_by_group(implicit_se),
+      "dtest": by_group(res.response[0, 1]),
+      "dtest_se": se_by_group(res.nbeta * res.standard_error[0, 1]),
+      "test_loss_mean": res.observable_means[0, 1],
     }
   return out
 
 
 def targets(responses: dict, base: np.ndarray, margin: float, ridge: float = 0.0) -> dict:
-  """The simplex re-weighting toward each algorithm: ``Δ(λ_T − λ_O) = −margin`` and no change of
-  either reference's held-out loss, to first order; with each reference's predicted ``Δλ``.
-
-  Args:
-    responses: :func:`llc_responses`.
-    base: ``(G,)`` the training distribution over groups.
-    margin: how far ``λ_T − λ_O`` is to fall.
-    ridge: the inverse's ridge.
-  """
+  """The simplex re-weighting (from the training distribution over groups ``base``, with the
+  inverse's ``ridge``) toward each algorithm: ``Δ(λ_T − λ_O) = −margin`` and no change of either
+  reference's held-out loss, to first order, from :func:`llc_responses`; with each reference's
+  predicted ``Δλ``."""
   d = {a: np.asarray(responses[a]["dllc_total"]) for a in parens.ALGORITHMS}
   g = {a: np.asarray(responses[a]["dtest"]) for a in parens.ALGORITHMS}
   out = {}
@@ -126,11 +123,11 @@ def targets(responses: dict, base: np.ndarray, margin: float, ridge: float = 0.0
     rows = np.stack([d[target] - d[other], g["counts"], g["prefix"]])
     goal = np.array([-margin, 0.0, 0.0])
     dp = patterning.patterning_weights(rows, goal, ridge=ridge, simplex=True, base=base)
-    out[f"toward_{target}"] = _predicted(d, g, base, dp, goal=goal)
+    out[f"toward_{target}"] = _predicted(responses, base, dp, goal=goal)
   return out
 
 
-def random_reweighting(seed: int, base: np.ndarray, total_variation: float, d, g) -> dict:
+def random_reweighting(seed: int, base: np.ndarray, total_variation: float, responses) -> dict:
   """The control: ``(1 − t)·base + t·r`` with ``r`` a Dirichlet(1) draw over the groups (the stream
   ``"random-reweighting"``) and ``t`` chosen for the given total variation (``t ≤ 1``: a total
   variation beyond ``r``'s own distance from ``base`` is not reached, and the one reached is
@@ -138,162 +135,139 @@ def random_reweighting(seed: int, base: np.ndarray, total_variation: float, d, g
   r = rng.numpy(seed, "random-reweighting").dirichlet(np.ones(len(base)))
   tv_r = 0.5 * np.abs(r - base).sum()
   t = min(1.0, total_variation / tv_r)
-  dp = t * (r - base)
-  return _predicted(d, g, base, dp, goal=None)
+  return _predicted(responses, base, t * (r - base), goal=None)
 
 
-def _predicted(d: dict, g: dict, base, dp, goal) -> dict:
-  pred = {f"dllc_{a}": float(d[a] @ dp) for a in parens.ALGORITHMS}
+def _predicted(responses: dict, base, dp, goal) -> dict:
+  pred = {f"dllc_{a}": np.asarray(responses[a]["dllc_total"]) @ dp for a in parens.ALGORITHMS}
   pred["dllc_counts_minus_prefix"] = pred["dllc_counts"] - pred["dllc_prefix"]
-  pred.update({f"dtest_{a}": float(g[a] @ dp) for a in parens.ALGORITHMS})
+  pred.update({f"dtest_{a}": np.asarray(responses[a]["dtest"]) @ dp for a in parens.ALGORITHMS})
   return {
-    "goal": None if goal is None else goal.tolist(),
-    "group_distribution": (base + dp).tolist(),
-    "total_variation": float(0.5 * np.abs(dp).sum()),
+    "goal": goal,
+    "group_distribution": base + dp,
+    "total_variation": 0.5 * np.abs(dp).sum(),
     "predicted": pred,
   }
 
 
 def measure_llcs(cfg, model, data: dict, references: dict, ids, distributions: dict) -> dict:
-  """Each reference's LLC on the training data and on every re-weighting of it, from the same
-  chains (the key of the stream ``("llc-check", reference)``): per chain, so that the differences
-  are paired.
-
-  Args:
-    cfg: the study's Config.
-    model: the study's Model (``weighted_loss`` is the mean of ``weight · ℓ``).
-    data: the study's data (``train``).
-    references: ``{algorithm: {"params": w*}}``.
-    ids: the group of every training string.
-    distributions: ``{name: group distribution}``; the unweighted estimate is added as
-      ``"unweighted"``.
-
-  Returns:
-    ``{algorithm: {name: llc per chain}}``.
-  """
+  """Each reference's LLC (``{algorithm: {"params": w*}}``) on the training data and on every
+  re-weighting of it (``{name: distribution over the groups ids}``), from the same chains (the key
+  of the stream ``("llc-check", reference)``), per chain so that the differences are paired:
+  ``{algorithm: {"unweighted" or name: LLC per chain}}``. The weighted loss is the mean of
+  ``weight · ℓ`` with weights of mean 1 (``model.weighted_loss``)."""
   # No MALA diagnostic here: it costs a gradient per step and these estimates only feed differences.
   settings = dataclasses.replace(cfg.sgld, num_draws=cfg.llc_draws, mala=False).resolved(cfg.n)
   weights = {"unweighted": np.ones(cfg.n)}
   for name, dist in distributions.items():
     weights[name] = cfg.n * patterning.sample_weights(dist, ids)  # mean 1 over the training set
+  train = jax.tree.map(jnp.asarray, data["train"])
   out = {}
   for i, algorithm in enumerate(parens.ALGORITHMS):
     out[algorithm] = {}
     for name, w in weights.items():
-      batch = {**_jnp(data["train"]), "weight": jnp.asarray(w, jnp.float32)}
       est = llc_lib.estimate_llc(
         sgld_lib.MeanLoss(model.weighted_loss),
         references[algorithm]["params"],
-        batch,
+        {**train, "weight": jnp.asarray(w, jnp.float32)},
         key=rng.key(cfg.run.seed, "llc-check", i),
         settings=settings,
       )
-      out[algorithm][name] = np.asarray(est.llc_per_chain, float).tolist()
+      out[algorithm][name] = np.asarray(est.llc_per_chain, float)  # float64: differences follow
   return out
 
 
 def compare(reweightings: dict, measured: dict) -> dict:
   """Predicted against measured ``Δλ`` for every re-weighting: the measured difference of the
-  paired chains' means, with its standard error over chains."""
+  paired chains' means, with its standard error over chains (NaN with one chain)."""
   out = {}
   for name, rw in reweightings.items():
-    row = {}
-    diffs = {}
-    for a in parens.ALGORITHMS:
-      diff = np.asarray(measured[a][name]) - np.asarray(measured[a]["unweighted"])
-      diffs[a] = diff
-      row[f"dllc_{a}"] = {
-        "predicted": rw["predicted"][f"dllc_{a}"],
-        "measured": float(diff.mean()),
-        "se": float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan"),
-      }
-    gap = diffs["counts"] - diffs["prefix"]
-    row["dllc_counts_minus_prefix"] = {
-      "predicted": rw["predicted"]["dllc_counts_minus_prefix"],
-      "measured": float(gap.mean()),
-      "se": float(gap.std(ddof=1) / np.sqrt(gap.size)) if gap.size > 1 else float("nan"),
+    diffs = {
+      f"dllc_{a}": np.asarray(measured[a][name]) - np.asarray(measured[a]["unweighted"])
+      for a in parens.ALGORITHMS
     }
-    out[name] = row
+    diffs["dllc_counts_minus_prefix"] = diffs["dllc_counts"] - diffs["dllc_prefix"]
+    out[name] = {
+      key: {
+        "predicted": rw["predicted"][key],
+        "measured": diff.mean(),
+        "se": diff.std(ddof=1) / np.sqrt(diff.size) if diff.size > 1 else float("nan"),
+      }
+      for key, diff in diffs.items()
+    }
   return out
 
 
-def plot(sweep: list, responses: dict, comparison: dict, outcomes: dict, names, path: str) -> str:
-  """Four panels: the base-rate sweep; each group's LLC response at both references; predicted
-  against measured ``Δλ``; and what every condition's seeds learned."""
+def fisher_p(condition: dict, unweighted: dict, algorithm: str) -> float:
+  """Fisher's exact test (two-sided) of ``algorithm``'s share of seeds in a condition against the
+  unweighted one: the 2 × 2 table of seeds that learned it and seeds that did not."""
+  n = sum(condition["selected"].values())
+  m = sum(unweighted["selected"].values())
+  a, b = condition["selected"][algorithm], unweighted["selected"][algorithm]
+  return scipy.stats.fisher_exact([[a, n - a], [b, m - b]]).pvalue
+
+
+def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
+  """Four panels: the base-rate sweep; each group's LLC response at both references (from the
+  analysis ``pat``); predicted against measured ``Δλ``; and what every condition's seeds learned."""
   plt = plotting.plt
-  fig, axes = plt.subplots(
-    1, 4, figsize=(21, 4.8), gridspec_kw={"width_ratios": [0.9, 1.6, 1.0, 1.0]}
-  )
+  ratios = [0.9, 1.6, 1.0, 1.0]
+  fig, axes = plt.subplots(1, 4, figsize=(21, 4.8), gridspec_kw={"width_ratios": ratios})
   ax = axes[0]
-  fr = [row["fraction"] for row in sweep]
+  shares = [row["counts_share"] for row in sweep]
   ax.plot(
-    fr, [row["counts_share"] for row in sweep], "o-", color="C2", label="seeds learning counts"
+    [row["fraction"] for row in sweep], shares, "o-", color="C2", label="seeds learning counts"
   )
   for row in sweep:
     rates = np.asarray(row["counts_rate"], float)
     ax.scatter(np.full(rates.size, row["fraction"]), rates, s=8, color="gray", alpha=0.5)
   ax.axhspan(0.25, 0.75, color="C0", alpha=0.08, label="target base rate 25–75%")
-  ax.set_xlabel("share of negatives with a negative prefix")
-  ax.set_ylabel("counts share (line) / counts rate (dots)")
   ax.set_ylim(-0.03, 1.03)
-  ax.set_title("base-rate sweep, unweighted", fontsize=10)
-  ax.legend(fontsize=7)
-  ax.grid(alpha=0.3)
+  shared.label_axes(
+    ax,
+    "base-rate sweep, unweighted",
+    "counts share (line) / counts rate (dots)",
+    "share of negatives with a negative prefix",
+  )
 
-  ax = axes[1]
+  ax, names, responses = axes[1], pat["group_names"], pat["responses"]
   x = np.arange(len(names))
-  width = 0.4
   for i, a in enumerate(parens.ALGORITHMS):
-    total = np.asarray(responses[a]["dllc_total"])
-    se = np.asarray(responses[a]["dllc_implicit_se"])
     ax.bar(
-      x + (i - 0.5) * width,
-      total,
-      width,
-      yerr=2 * se,
+      x + (i - 0.5) * 0.4,
+      responses[a]["dllc_total"],
+      0.4,
+      yerr=2 * np.asarray(responses[a]["dllc_implicit_se"]),
       capsize=1.5,
-      color="C2" if a == "counts" else "C3",
+      color=shared.COLORS[a],
       label=f"dλ/dh at the {a} solution (λ = {responses[a]['llc']:.1f})",
     )
   ax.axhline(0, color="black", lw=0.6)
   ax.set_xticks(x, names, rotation=90, fontsize=6)
-  ax.set_ylabel("dλ/dh_group  (implicit + explicit, ±2 s.e.)")
-  ax.set_title("the LLC's response to each group of training strings", fontsize=10)
-  ax.legend(fontsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  title = "the LLC's response to each group of training strings"
+  shared.label_axes(ax, title, "dλ/dh_group  (implicit + explicit, ±2 s.e.)", grid="y")
 
   ax = axes[2]
-  for k, (name, row) in enumerate(comparison.items()):
+  for k, (name, row) in enumerate(pat["comparison"].items()):
     for j, a in enumerate(parens.ALGORITHMS):
       r = row[f"dllc_{a}"]
-      ax.errorbar(
-        r["predicted"],
-        r["measured"],
-        yerr=2 * r["se"],
-        fmt="o^"[j],
-        color=f"C{k}",
-        label=f"{name.replace('_', ' ')}: λ_{a}",
-      )
+      label = f"{name.replace('_', ' ')}: λ_{a}"
+      yerr = 2 * r["se"]
+      ax.errorbar(r["predicted"], r["measured"], yerr, fmt="o^"[j], color=f"C{k}", label=label)
   lims = np.array(ax.get_xlim() + ax.get_ylim())
-  lo, hi = lims.min(), lims.max()
-  ax.plot([lo, hi], [lo, hi], color="black", lw=0.6, ls="--")
-  ax.set_xlabel("predicted Δλ (linear response)")
-  ax.set_ylabel("measured Δλ (re-estimated, ±2 s.e.)")
-  ax.set_title("the prediction, checked before retraining", fontsize=10)
-  ax.legend(fontsize=6)
-  ax.grid(alpha=0.3)
+  ax.plot([lims.min(), lims.max()], [lims.min(), lims.max()], color="black", lw=0.6, ls="--")
+  title, xlabel = "the prediction, checked before retraining", "predicted Δλ (linear response)"
+  shared.label_axes(ax, title, "measured Δλ (re-estimated, ±2 s.e.)", xlabel, legend=6)
 
-  ax = axes[3]
-  conds = list(outcomes)
-  bottom = np.zeros(len(conds))
-  for outcome, color in zip(("counts", "prefix", "not perfect"), ("C2", "C3", "lightgray")):
-    v = np.array([outcomes[c]["selected"][outcome] for c in conds], float)
-    ax.bar(np.arange(len(conds)), v, bottom=bottom, color=color, label=outcome)
+  ax, x = axes[3], np.arange(len(outcomes))
+  bottom = np.zeros(len(outcomes))
+  for outcome in shared.OUTCOMES:
+    v = np.array([o["selected"][outcome] for o in outcomes.values()], float)
+    ax.bar(x, v, bottom=bottom, color=shared.COLORS[outcome], label=outcome)
     bottom += v
-  ax.set_xticks(np.arange(len(conds)), [c.replace("_", "\n") for c in conds], fontsize=8)
-  ax.set_ylabel("seeds")
+  ax.set_xticks(x, [c.replace("_", "\n") for c in outcomes], fontsize=8)
   ax.set_ylim(0, 1.3 * max(bottom.max(), 1))
-  ax.set_title("what the retrained seeds learned", fontsize=10)
+  shared.label_axes(ax, "what the retrained seeds learned", "seeds", grid="", legend=None)
   ax.legend(fontsize=7, loc="upper center", ncol=3)
   fig.tight_layout()
   fig.savefig(path, dpi=110)

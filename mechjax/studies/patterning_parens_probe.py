@@ -1,5 +1,6 @@
-"""The earlier design of the parenthesis patterning study (``--design=probe``): it targets a
-behavioural probe loss at one posterior, not the LLC of each solution.
+"""Patterning on parenthesis balancing, the earlier design: a behavioural probe loss targeted at one
+posterior, not the LLC of each solution. The task, the counts rate and how a seed's algorithm is
+counted: :mod:`mechjax.studies.patterning_parens_base`.
 
 Susceptibilities are estimated at the unweighted seed 0's checkpoint ``chi_step``
 (:func:`mechjax.slt.susceptibility.estimate_susceptibilities`), with per-sample probes drawn from
@@ -12,77 +13,101 @@ between the two reference solutions, ``∓(φ_counts(w_prefix) − φ_counts(w_c
 ``target="reference"`` it is ``φ_counts(w_A) − E[φ_counts]``.
 
 This asks a local linear response for a jump between two solutions, far outside its linear regime,
-and it drops the LLC observable that the patterning mechanism works through; the default design
-(:mod:`mechjax.studies.patterning_parens_llc`) targets each solution's LLC instead.
+and it drops the LLC observable that the patterning mechanism works through;
+:mod:`mechjax.studies.patterning_parens` targets each solution's LLC instead. The seeds retrained
+toward each algorithm are paired with the unweighted ones (Wilcoxon's signed-rank test on the counts
+rates). Outputs: ``metrics.jsonl``, ``patterning.json`` (reused on resume), ``summary.json`` and
+``figures/patterning_parens.png``.
 """
 
 from __future__ import annotations
 
-import time
+import dataclasses
+import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mechjax import config
 from mechjax import plotting
 from mechjax import rng
 from mechjax.data import parens
+from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
+from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
+from mechjax.studies import frame
+from mechjax.studies import patterning_parens_base as shared
+
+NAME = "patterning_parens_probe"
+CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
+TARGETS = ("gap", "reference")
 
 
-def compute_patterning(cfg, model, data: dict, w_star, references: dict, groups_fn) -> dict:
-  """Susceptibilities at ``w_star`` over group-stratified training probes, group responses, and the
-  simplex re-weighting toward each reference solution.
+@dataclasses.dataclass(frozen=True)
+class Config(shared.ParensSettings):
+  """The settings of :class:`~mechjax.studies.patterning_parens_base.ParensSettings` and these."""
 
-  Args:
-    cfg: the study's Config.
-    model: the study's Model.
-    data: the study's data (``train``, ``test``, ``probes``).
-    w_star: the parameters where the posterior is localised.
-    references: each reference solution's numbers (``phi_counts`` is used).
-    groups_fn: ``groups_fn(tokens) -> (ids, names)``.
-  """
-  ids, names = groups_fn(data["train"]["tokens"])
+  neg_prefix_fraction: float | None = config.setting(
+    None,
+    "Share of the negative (unequal-count) training strings that have a negative prefix, the "
+    "cue the prefix algorithm reads; unset (-1): uniform negatives (about 0.81 at length 20).",
+    check=config.within(0, 1, low_open=False, high_open=False),
+    unset=-1.0,
+  )
+  chi_step: int = config.setting(
+    250,
+    "The checkpoint of the unweighted seed 0 at which susceptibilities are estimated (a "
+    "multiple of --checkpoint_every, at most --steps).",
+    check=config.at_least(1),
+  )
+  target: str = config.setting(
+    "gap",
+    "Size of the φ_counts target: 'gap' moves it by the distance between the reference "
+    "solutions (same size both ways); 'reference' moves the posterior mean onto each reference.",
+    choices=TARGETS,
+  )
+
+  def validate(self):
+    self.run.check_checkpoint("chi_step", self.chi_step)
+    super().validate()
+
+
+def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict, ids, names):
+  """Susceptibilities at ``w_star`` (the posterior's localisation) over group-stratified training
+  probes (group ``ids``, group ``names``), group responses, and the simplex re-weighting toward each
+  reference solution (whose ``phi_counts`` set the targets)."""
   num_groups = len(names)
-  chosen = group_probes(cfg, ids, num_groups)
-  probe_data = _jnp({k: v[chosen] for k, v in data["train"].items()})
-  probes = jnp.asarray(data["probes"]["tokens"])
-  test = _jnp(data["test"])
-  counts_labels = jnp.ones(len(probes), jnp.int32)
-
-  t0 = time.perf_counter()
+  chosen = shared.group_probes(cfg, ids, num_groups)
+  train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
   res = sus.estimate_susceptibilities(
     model.per_sample_loss,
     w_star,
-    _jnp(data["train"]),
-    probe_data,
+    train,
+    jax.tree.map(lambda v: v[chosen], train),
     key=rng.key(cfg.run.seed, "susceptibility"),
     settings=cfg.sgld,
     eval_size=cfg.eval_size,
     observable=model.probe_observables,
-    observable_data={"probes": probes, "counts_labels": counts_labels, "test": test},
+    observable_data={"probes": jnp.asarray(data["probes"]["tokens"]), "test": test},
   )
-  seconds = time.perf_counter() - t0
   response = res.response[0, 1:]  # (2 observables, probes): φ_counts, φ_test
   se = cfg.nbeta * res.standard_error[0, 1:]
   sub_ids = ids[chosen]
   j_g = patterning.group_response(response, sub_ids, num_groups)
-  se_g = np.sqrt(
-    patterning.group_response(se**2, sub_ids, num_groups)
-    / np.bincount(sub_ids, minlength=num_groups)
-  )
+  se_g = patterning.group_response_se(se, sub_ids, num_groups)
   base = np.bincount(ids, minlength=num_groups) / len(ids)
   mean_phi = res.observable_means[0, 1:]
   out = {
     "group_names": names,
-    "group_sizes": np.bincount(ids, minlength=num_groups).tolist(),
-    "base": base.tolist(),
-    "group_response": j_g.tolist(),
-    "group_response_se": se_g.tolist(),
-    "llc_at_w_star": float(res.llc[0]),
-    "posterior_mean_phi": mean_phi.tolist(),
-    "seconds": seconds,
-    "probes_per_group": np.bincount(sub_ids, minlength=num_groups).tolist(),
+    "group_sizes": np.bincount(ids, minlength=num_groups),
+    "base": base,
+    "group_response": j_g,
+    "group_response_se": se_g,
+    "llc_at_w_star": res.llc[0],
+    "posterior_mean_phi": mean_phi,
+    "probes_per_group": np.bincount(sub_ids, minlength=num_groups),
     "targets": {},
   }
   gap = references["prefix"]["phi_counts"] - references["counts"]["phi_counts"]
@@ -94,87 +119,127 @@ def compute_patterning(cfg, model, data: dict, w_star, references: dict, groups_
     target = np.array([delta, 0.0])
     dh = patterning.patterning_weights(j_g, target, ridge=cfg.ridge, simplex=True, base=base)
     out["targets"][algorithm] = {
-      "target_delta": target.tolist(),
-      "group_distribution": (base + dh).tolist(),
-      "predicted_delta": (j_g @ dh).tolist(),
-      "total_variation": float(0.5 * np.abs(dh).sum()),
+      "target_delta": target,
+      "group_distribution": base + dh,
+      "predicted_delta": j_g @ dh,
+      "total_variation": 0.5 * np.abs(dh).sum(),
     }
   return out
 
 
-def group_probes(cfg, ids: np.ndarray, num_groups: int) -> np.ndarray:
-  """The training strings used as probes: up to ``per_group`` of each group, from the stream
-  ``"probe-choice"``."""
-  choice = rng.numpy(cfg.run.seed, "probe-choice")
-  return np.concatenate(
-    [choice.permutation(np.nonzero(ids == g)[0])[: cfg.per_group] for g in range(num_groups)]
+@frame.study
+def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
+  figure."""
+  model = shared.Model(cfg)
+  data = shared.make_data(cfg, cfg.neg_prefix_fraction)
+  with ctx.timed("references"):
+    refs = shared.reference_solutions(cfg, model, data, ctx)
+    for r in refs.values():  # each one's LLC on the training set alone, where both are perfect
+      est = llc_lib.estimate_llc(
+        sgld_lib.MeanLoss(model.per_sample_loss),
+        r["params"],
+        jax.tree.map(jnp.asarray, data["train"]),
+        key=rng.key(cfg.run.seed, "reference-llc"),
+        settings=cfg.sgld,
+        num_draws=cfg.llc_draws,
+      )
+      r["llc_mean"], r["llc_sd_over_chains"] = est.llc_mean, np.std(est.llc_per_chain)
+  unweighted = shared.train_weighted(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
+  ids, names = parens.groups(data["train"]["tokens"])
+  w_star = lambda: unweighted.params_of(0, cfg.chi_step)  # restored only when computing
+  pat = ctx.stage(
+    "patterning", lambda: compute_patterning(cfg, model, data, w_star(), refs, ids, names)
+  )
+  toward = {f"toward_{a}": pat["targets"][a]["group_distribution"] for a in parens.ALGORITHMS}
+  histories = {"unweighted": unweighted.history}
+  # Checkpointed at the end only: no susceptibility is estimated on these runs.
+  histories.update(
+    shared.retrain(cfg, model, data, ids, toward, ctx, checkpoint_every=cfg.run.steps)
+  )
+  outcomes = {c: shared.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
+  summary = {
+    "design": "probe",
+    "nbeta": cfg.nbeta,
+    "chi_step": cfg.chi_step,
+    "reference_solutions": shared.refs_summary(refs),
+    "patterning": {k: pat[k] for k in ("llc_at_w_star", "posterior_mean_phi", "targets")},
+    "conditions": outcomes,
+    "wilcoxon_p_vs_unweighted": shared.wilcoxon_vs_unweighted(outcomes),
+  }
+  return frame.Outputs(
+    summary,
+    figures=lambda folder: [
+      plot(cfg, pat, histories, refs, os.path.join(folder, "patterning_parens.png"))
+    ],
+    captions={
+      "patterning_parens.png": "Left: each group's response of the counts observable, bars ±2 "
+      "s.e. Middle: how each re-weighting changes the groups' probabilities (same order). Right: "
+      "the counts rate during training per condition, thick lines the means over seeds, thin "
+      "lines each seed; the horizontal lines are the two reference solutions."
+    },
   )
 
 
-def _jnp(tree):
-  return {k: jnp.asarray(v) for k, v in tree.items()}
+def report(summary: dict) -> list[str]:
+  """What the command line prints: each reference solution's LLC and which algorithm every
+  condition's seeds learned."""
+  lines = []
+  for a, r in summary["reference_solutions"].items():
+    lines.append(
+      f"  reference {a}: LLC {r['llc_mean']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains), "
+      f"train accuracy {r['train_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
+    )
+  targets = summary["patterning"]["targets"]
+  for c, o in summary["conditions"].items():
+    tv = "" if c == "unweighted" else f" (TV {targets[c.split('_', 1)[1]]['total_variation']:.3f})"
+    p = summary["wilcoxon_p_vs_unweighted"].get(c)
+    lines.append(
+      f"  {c}{tv}: selected {o['selected']}; counts rate {o['counts_rate_mean']:.3f} ± "
+      f"{o['counts_rate_sd']:.3f} (sd over seeds)"
+      + ("" if p is None else f", Wilcoxon p = {p:.3g} vs unweighted")
+    )
+  return lines
 
 
-def plot(cfg, pat: dict, histories: dict, refs: dict, conditions, path: str) -> str:
+def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   """Group responses of φ_counts (±2 s.e.), the group distributions, and the counts rate over
   training."""
   plt = plotting.plt
   fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), gridspec_kw={"width_ratios": [1.3, 1.3, 1]})
-  names = pat["group_names"]
   j = np.asarray(pat["group_response"])[0]
   se = np.asarray(pat["group_response_se"])[0]
   order = np.argsort(j)
-  x = np.arange(len(names))
+  x, names = np.arange(len(order)), [pat["group_names"][i] for i in order]
   ax = axes[0]
-  ax.bar(
-    x, j[order], yerr=2 * se[order], color=np.where(j[order] < 0, "C2", "C3"), alpha=0.8, capsize=2
-  )
-  ax.set_xticks(x, [names[i] for i in order], rotation=90, fontsize=6)
-  ax.set_ylabel("dE[φ_counts]/dh  (< 0: toward counts)")
-  ax.set_title(
-    f"group responses at step {cfg.chi_step} (nβ = {cfg.nbeta:.0f}, ±2 s.e.)", fontsize=10
-  )
-  ax.grid(alpha=0.3, axis="y")
+  colors = np.where(j[order] < 0, "C2", "C3")
+  ax.bar(x, j[order], yerr=2 * se[order], color=colors, alpha=0.8, capsize=2)
+  ax.set_xticks(x, names, rotation=90, fontsize=6)
+  title = f"group responses at step {cfg.chi_step} (nβ = {cfg.nbeta:.0f}, ±2 s.e.)"
+  shared.label_axes(ax, title, "dE[φ_counts]/dh  (< 0: toward counts)", grid="y", legend=None)
   ax = axes[1]
-  width = 0.4
-  base = np.asarray(pat["base"])
   for i, a in enumerate(parens.ALGORITHMS):
-    tv = pat["targets"][a]["total_variation"]
-    change = np.asarray(pat["targets"][a]["group_distribution"]) - base
-    ax.bar(
-      x + (i - 0.5) * width,
-      change[order],
-      width,
-      label=f"toward {a} (TV {tv:.3f})",
-      color=f"C{2 if a == 'counts' else 3}",
-    )
+    target = pat["targets"][a]
+    change = np.asarray(target["group_distribution"]) - np.asarray(pat["base"])
+    label = f"toward {a} (TV {target['total_variation']:.3f})"
+    ax.bar(x + (i - 0.5) * 0.4, change[order], 0.4, label=label, color=shared.COLORS[a])
   ax.axhline(0, color="black", lw=0.6)
-  ax.set_xticks(x, [names[i] for i in order], rotation=90, fontsize=6)
-  ax.set_ylabel("change of the group's probability")
-  ax.set_title("re-weighting (same group order)", fontsize=10)
-  ax.legend(fontsize=8)
-  ax.grid(alpha=0.3, axis="y")
+  ax.set_xticks(x, names, rotation=90, fontsize=6)
+  title = "re-weighting (same group order)"
+  shared.label_axes(ax, title, "change of the group's probability", grid="y", legend=8)
   ax = axes[2]
   colors = {"unweighted": "gray", "toward_counts": "C2", "toward_prefix": "C3"}
-  for c in conditions:
-    steps = np.array([h["step"] for h in histories[c]])
-    rate = np.array([h["counts_rate"] for h in histories[c]], float)
+  for c, history in histories.items():
+    steps = np.array([h["step"] for h in history])
+    rate = np.array([h["counts_rate"] for h in history], float)
     ax.plot(steps, rate, color=colors[c], lw=0.7, alpha=0.5)
     ax.plot(steps, rate.mean(1), color=colors[c], lw=2, label=c.replace("_", " "))
   for a, style in zip(parens.ALGORITHMS, ("--", ":")):
-    ax.axhline(
-      refs[a]["counts_rate"],
-      color="black",
-      ls=style,
-      lw=0.8,
-      label=f"reference {a} (LLC {refs[a]['llc_mean']:.1f})",
-    )
-  ax.set_xlabel("training step")
-  ax.set_ylabel("counts rate on probes")
+    label = f"reference {a} (LLC {refs[a]['llc_mean']:.1f})"
+    ax.axhline(refs[a]["counts_rate"], color="black", ls=style, lw=0.8, label=label)
   ax.set_ylim(-0.03, 1.03)
-  ax.set_title(f"{cfg.run.num_seeds} seeds per condition (thin: each seed)", fontsize=10)
-  ax.legend(fontsize=7)
-  ax.grid(alpha=0.3)
+  title = f"{cfg.run.num_seeds} seeds per condition (thin: each seed)"
+  shared.label_axes(ax, title, "counts rate on probes", "training step")
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

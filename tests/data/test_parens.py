@@ -59,3 +59,26 @@ def test_uniform_negatives_mostly_carry_the_cue_and_a_bad_fraction_is_refused():
   assert 0.78 < parens.has_negative_prefix(neg).mean() < 0.84  # about 81% at length 20
   with pytest.raises(ValueError, match=r"neg_prefix_fraction must be in \[0, 1\]"):
     parens.sample_unequal(np.random.default_rng(0), 10, 20, 1.5)
+
+
+def test_groups_separate_labels_and_first_tokens():
+  data = parens.make_dataset(0, 400, 10)
+  ids, names = parens.groups(data["tokens"])
+  assert ids.shape == (400,) and len(names) == ids.max() + 1
+  for g in range(len(names)):
+    members = data["tokens"][ids == g]
+    assert len(set(parens.label(members, "prefix"))) == 1  # a group never mixes labels
+    assert len(set(members[:, 0])) == 1  # nor first tokens
+  assert (
+    sum(n.startswith("bal") for n in names) >= 1 and sum(n.startswith("uneq") for n in names) >= 2
+  )
+
+
+def test_inner_probes_start_with_open_and_end_with_close_and_too_few_are_refused():
+  probes = parens.sample_probes(np.random.default_rng(0), 50, 10, inner=True)
+  assert probes.shape == (50, 10) and len(np.unique(probes, axis=0)) > 10
+  assert np.all(probes[:, 0] == parens.OPEN) and np.all(probes[:, -1] == parens.CLOSE)
+  assert np.all(parens.label(probes, "counts") == 1) and np.all(parens.label(probes, "prefix") == 0)
+  # At length 4 the probes are ())(, )((), )()( and ))((: none starts with ( and ends with ).
+  with pytest.raises(ValueError, match=r"only 0 of 32 probes start with \( and end with \)"):
+    parens.sample_probes(np.random.default_rng(0), 2, 4, inner=True)

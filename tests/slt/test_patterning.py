@@ -102,6 +102,19 @@ def test_group_response_is_the_exact_response_to_a_group_shift():
   )
 
 
+def test_group_response_se_is_the_error_of_a_mean_of_independent_members():
+  # Group 0 holds three members with errors 1, 2, 2 (sqrt(9) / 3 = 1), group 1 one with error 5,
+  # group 2 none (NaN).
+  se = np.array([[1.0, 2.0, 5.0, 2.0], [2.0, 4.0, 10.0, 4.0]])
+  out = patterning.group_response_se(se, np.array([0, 0, 1, 0]), num_groups=3)
+  np.testing.assert_allclose(out[:, :2], [[1.0, 5.0], [2.0, 10.0]])
+  assert np.all(np.isnan(out[:, 2]))
+  # Matches the spread of group means of independent draws with those errors.
+  draws = np.random.default_rng(0).normal(0, se[0], size=(40000, 4))
+  means = [draws[:, [0, 1, 3]].mean(1), draws[:, 2]]
+  np.testing.assert_allclose([m.std() for m in means], [1.0, 5.0], rtol=0.02)
+
+
 def test_sample_weights_spread_group_mass_evenly():
   ids = np.array([0, 0, 1, 2, 2, 2])
   w = patterning.sample_weights([0.5, 0.2, 0.3], ids)

@@ -13,50 +13,42 @@ from mechjax.data import parens
 from mechjax.data import repeats
 from mechjax.models.transformer import Transformer
 from mechjax.models.transformer import attention_patterns
+from mechjax.studies import frame
 from mechjax.studies import patterning_induction as ind
 from mechjax.studies import patterning_parens as pp
+from mechjax.studies import patterning_parens_base as pb
 from mechjax.studies import patterning_parens_llc as pl
+from mechjax.studies import patterning_parens_probe as ppp
 from tests.helpers import ROOT
 from tests.helpers import check_report
 
 
-def test_parens_groups_separate_labels_and_first_token():
-  data = parens.make_dataset(0, 400, 10)
-  ids, names = pp.groups(data["tokens"])
-  assert ids.shape == (400,) and len(names) == ids.max() + 1
-  for g in range(len(names)):
-    members = data["tokens"][ids == g]
-    assert len(set(parens.label(members, "prefix"))) == 1  # a group never mixes labels
-    assert len(set(members[:, 0])) == 1  # nor first tokens
-  assert (
-    sum(n.startswith("bal") for n in names) >= 1 and sum(n.startswith("uneq") for n in names) >= 2
-  )
-
-
 def test_parens_probes_are_where_the_algorithms_disagree():
-  data = pp.make_data(pp.Config(n=64, num_probes=32, num_test=16, disagreement=16, length=10))
+  data = pb.make_data(pp.Config(n=64, num_probes=32, num_test=16, disagreement=16, length=10))
   probes = data["probes"]["tokens"]
   assert np.all(parens.label(probes, "counts") == 1) and np.all(parens.label(probes, "prefix") == 0)
   assert np.all(probes[:, 0] == parens.OPEN) and np.all(probes[:, -1] == parens.CLOSE)
   assert np.array_equal(parens.label(data["train"]["tokens"], "counts"), data["train"]["label"])
 
 
-def test_choose_fraction_takes_the_base_rate_nearest_one_half_or_the_given_one():
+def test_ranked_fractions_start_at_the_base_rate_nearest_one_half_or_the_given_one():
   sweep = [
     {"fraction": 0.0, "counts_share": 1.0},
     {"fraction": 0.25, "counts_share": 0.625},
     {"fraction": 0.5, "counts_share": 0.125},
   ]
-  assert pp.choose_fraction(pp.Config(), sweep) == (0.25, "sweep", True)
+  # By the distance of the counts share from one half: 0.125, 0.375, 0.5.
+  assert pp.ranked_fractions(pp.Config(), sweep) == [
+    (0.25, "sweep", True),
+    (0.5, "sweep", False),
+    (0.0, "sweep", False),
+  ]
   cfg = pp.Config().replace(neg_prefix_fraction=0.5)
-  assert pp.choose_fraction(cfg, sweep) == (0.5, "given", False)
-  assert pp.choose_fraction(pp.Config().replace(neg_prefix_fraction=0.9), sweep) == (
-    0.9,
-    "given",
-    None,
-  )
+  assert pp.ranked_fractions(cfg, sweep) == [(0.5, "given", False)]
+  cfg = pp.Config().replace(neg_prefix_fraction=0.9)
+  assert pp.ranked_fractions(cfg, sweep) == [(0.9, "given", None)]
   lopsided = [{"fraction": 0.0, "counts_share": 1.0}, {"fraction": 0.5, "counts_share": 0.875}]
-  assert pp.choose_fraction(pp.Config(), lopsided) == (0.5, "sweep", False)
+  assert pp.ranked_fractions(pp.Config(), lopsided)[0] == (0.5, "sweep", False)
 
 
 def _responses(seed=0, groups=6):
@@ -84,13 +76,13 @@ def test_llc_targets_lower_the_gap_by_the_margin_and_keep_the_held_out_loss():
 
 def test_random_reweighting_has_the_given_total_variation_and_stays_a_distribution():
   base = np.array([0.1, 0.2, 0.3, 0.4])
-  d = {a: np.ones(4) for a in parens.ALGORITHMS}
-  rw = pl.random_reweighting(0, base, 0.05, d, d)
+  flat = {a: {"dllc_total": np.ones(4), "dtest": np.ones(4)} for a in parens.ALGORITHMS}
+  rw = pl.random_reweighting(0, base, 0.05, flat)
   dist = np.asarray(rw["group_distribution"])
   assert abs(rw["total_variation"] - 0.05) < 1e-12 and np.all(dist >= 0)
   assert abs(dist.sum() - 1) < 1e-12
   assert abs(rw["predicted"]["dllc_counts"]) < 1e-12  # a constant response sees no re-weighting
-  assert rw == pl.random_reweighting(0, base, 0.05, d, d)  # a named stream: reproducible
+  np.testing.assert_equal(rw, pl.random_reweighting(0, base, 0.05, flat))  # a named stream
 
 
 def test_compare_pairs_the_chains_and_fisher_counts_seeds():
@@ -107,16 +99,24 @@ def test_compare_pairs_the_chains_and_fisher_counts_seeds():
   assert row["dllc_prefix"] == {"predicted": 0.0, "measured": 0.0, "se": 0.0}
   a = {"selected": {"counts": 8, "prefix": 0, "not perfect": 0}}
   b = {"selected": {"counts": 0, "prefix": 8, "not perfect": 0}}
-  assert pp.fisher_p(a, b, "counts") == pytest.approx(2 / 12870)  # 2 / C(16, 8)
-  assert pp.fisher_p(a, a, "counts") == 1.0
+  assert pl.fisher_p(a, b, "counts") == pytest.approx(2 / 12870)  # 2 / C(16, 8)
+  assert pl.fisher_p(a, a, "counts") == 1.0
 
 
-def test_parens_config_refuses_a_chi_step_that_is_not_a_checkpoint_and_an_empty_sweep():
+def test_parens_configs_refuse_a_chi_step_that_is_not_a_checkpoint_and_an_empty_sweep():
   with pytest.raises(ValueError, match="multiple of checkpoint_every"):
-    pp.Config().replace(design="probe", steps=1000, checkpoint_every=250, chi_step=300)
+    ppp.Config().replace(steps=1000, checkpoint_every=250, chi_step=300)
   with pytest.raises(ValueError, match="needs --base_rate_fractions to choose from"):
     pp.Config().replace(base_rate_fractions=())
-  assert pp.Config().replace(base_rate_fractions=(), neg_prefix_fraction=0.3).design == "llc"
+  assert pp.Config().replace(base_rate_fractions=(), neg_prefix_fraction=0.3).n == 4000
+  # Each study has only its own settings; the shared ones keep their flag names in both.
+  flat = {s: set(c().to_flat()) for s, c in (("llc", pp.Config), ("probe", ppp.Config))}
+  assert {"chi_step", "target"} <= flat["probe"] - flat["llc"]
+  assert {"base_rate_fractions", "reference_max_steps", "llc_margin"} <= flat["llc"] - flat["probe"]
+  assert {"n", "chains", "sgld.mala", "llc_draws", "perfect_accuracy"} <= flat["llc"] & flat[
+    "probe"
+  ]
+  assert "design" not in flat["llc"] | flat["probe"]
 
 
 TINY_PARENS = dict(
@@ -126,6 +126,7 @@ TINY_PARENS = dict(
   num_test=32,
   disagreement=16,
   d_model=8,
+  num_layers=1,
   num_heads=2,
   d_mlp=8,
   steps=20,
@@ -148,24 +149,21 @@ TINY_PARENS = dict(
 
 @pytest.mark.slow
 def test_a_forced_reference_short_of_perfect_trains_on_to_reference_max_steps(tmp_path):
-  from mechjax.studies import frame
-
-  cfg = pp.Config().replace(
-    **{**TINY_PARENS, "reference_steps": 1, "reference_max_steps": 300, "perfect_accuracy": 0.95}
-  )
+  # Two layers: one does not reach 0.95 in 300 steps.
+  bar = {"reference_steps": 1, "reference_max_steps": 300, "perfect_accuracy": 0.95}
+  cfg = pp.Config().replace(**{**TINY_PARENS, **bar, "num_layers": 2})
   ctx = frame.Context(str(tmp_path), False, cfg.run)
-  refs = pp.reference_solutions(
-    cfg, pp.Model(cfg), pp.make_data(cfg, 0.5), ctx, estimate_llcs=False, require_solutions=True
-  )
+  refs = pb.reference_solutions(cfg, pb.Model(cfg), pb.make_data(cfg, 0.5), ctx, max_steps=300)
   for algorithm, r in refs.items():
-    assert r["train_accuracy_at"]["1"] < 0.95, algorithm  # one step is not enough: it trained on
-    assert r["steps"] == 300 and r["train_accuracy"] == r["train_accuracy_at"]["300"] >= 0.95
+    assert r["train_accuracy_at"][1] < 0.95, algorithm  # one step is not enough: it trained on
+    assert r["steps"] == 300 and r["train_accuracy"] == r["train_accuracy_at"][300] >= 0.95
 
 
 @pytest.mark.slow
 def test_parens_stops_with_one_line_only_when_no_share_qualifies(tmp_path):
   flags = [f"--{k}={v}" for k, v in TINY_PARENS.items() if k != "base_rate_fractions"]
-  flags += ["--base_rate_fractions=0.5,0.3", "--reference_steps=1", "--reference_max_steps=2"]
+  # One step and no more for every reference: a single short training per share.
+  flags += ["--base_rate_fractions=0.5,0.3", "--reference_steps=1", "--reference_max_steps=1"]
   flags += ["--perfect_accuracy=0.999", f"--workdir={tmp_path / 'run'}"]
   r = subprocess.run(
     [sys.executable, "-m", "experiments.patterning_parens", *flags],
@@ -182,50 +180,120 @@ def test_parens_stops_with_one_line_only_when_no_share_qualifies(tmp_path):
 
 
 @pytest.mark.slow
-def test_parens_llc_design_end_to_end_past_a_share_whose_reference_does_not_train(
-  tmp_path, monkeypatch
-):
-  """The whole llc design where the first share's forced references cannot train: the study moves
-  to the next share of the sweep's ranking, records the one it passed over, and resumes from the
-  saved analysis."""
-  cfg = pp.Config().replace(**{**TINY_PARENS, "base_rate_fractions": (0.5, 0.3)})
-  real = pp.reference_solutions
-  tried = []
+def test_parens_passes_over_a_share_whose_references_do_not_train(tmp_path, monkeypatch):
+  """The first share of the ranking whose forced references cannot train (a bar that two steps
+  cannot reach) is passed over and recorded, with the steps it trained on to; the next share's
+  references are runs of their own, trained as configured; the report says so."""
+  cfg = pp.Config().replace(**TINY_PARENS)
+  sweep = [{"fraction": 0.5, "counts_share": 0.5}, {"fraction": 0.3, "counts_share": 1.0}]
+  real, tried = pb.reference_solutions, []
 
   def first_share_cannot_train(cfg, model, data, ctx, **kw):
-    # The first share's references (run prefix "") get a bar two steps cannot reach, so the real
-    # check refuses them; the next share's are trained as configured.
-    tried.append(kw.get("prefix", ""))
-    if kw.get("prefix", "") == "":
-      cfg = cfg.replace(reference_steps=1, reference_max_steps=2, perfect_accuracy=0.999)
+    tried.append(kw["prefix"])
+    if kw["prefix"] == "":
+      cfg = cfg.replace(reference_steps=1, perfect_accuracy=0.999)
+      kw["max_steps"] = 2
     return real(cfg, model, data, ctx, **kw)
 
-  monkeypatch.setattr(pp, "reference_solutions", first_share_cannot_train)
+  monkeypatch.setattr(pb, "reference_solutions", first_share_cannot_train)
+  ctx = frame.Context(str(tmp_path), False, cfg.run)
+  fraction, chosen_by, in_range, data, refs, passed = pp.solved_share(
+    cfg, pb.Model(cfg), sweep, ctx
+  )
+  assert (fraction, in_range) == (0.3, False) and chosen_by.startswith("sweep, rank 2")
+  assert tried == ["", "share_0.3_"]  # the second share's references are its own runs
+  [p] = passed
+  assert (p["fraction"], p["algorithm"], p["steps"]) == (0.5, "counts", 2), p
+  assert p["train_accuracy"] < 0.999
+  assert np.array_equal(data["train"]["tokens"], pb.make_data(cfg, 0.3)["train"]["tokens"])
+  for r in refs.values():
+    assert r["steps"] == 200 and r["train_accuracy"] >= cfg.perfect_accuracy
+  empty = dict.fromkeys(("reference_solutions", "predicted_vs_measured", "conditions"), {})
+  lines = pp.report(
+    {
+      "base_rate_sweep": [],
+      "shares_passed_over": passed,
+      "neg_prefix_fraction": fraction,
+      "neg_prefix_fraction_chosen_by": chosen_by,
+      "base_rate_in_25_75": in_range,
+      **empty,
+    }
+  )
+  assert lines[1].startswith("  passed over 0.5: the forced counts reference reached"), lines
+  assert lines[2].startswith("  continued at 0.3 (sweep, rank 2"), lines
+
+
+@pytest.mark.slow
+def test_parens_llc_analysis_predicts_and_remeasures_each_reference_llc(tmp_path):
+  """The LLC analysis at two trained references: each reference's LLC responds to every group, the
+  re-weighting toward each algorithm moves the gap its way (by at most the margin, to first order),
+  the random control moves as much, and every re-weighting's Δλ is re-measured on paired chains."""
+  cfg = pp.Config().replace(**{**TINY_PARENS, "sgld.mala": False})
+  model, data = pb.Model(cfg), pb.make_data(cfg, 0.5)
+  refs = pb.reference_solutions(cfg, model, data, frame.Context(str(tmp_path), False, cfg.run))
+  ids, names = parens.groups(data["train"]["tokens"])
+  pat = pl.analysis(cfg, model, data, refs, ids, names)
+  for r in pat["responses"].values():
+    assert np.asarray(r["dllc_total"]).shape == (len(names),) and np.isfinite(r["llc"])
+  rw = pat["reweightings"]
+  assert list(rw) == list(pl.REWEIGHTINGS)
+  for target, sign in (("counts", -1), ("prefix", 1)):  # toward counts lowers λ_counts − λ_prefix
+    gap = rw[f"toward_{target}"]["predicted"]["dllc_counts_minus_prefix"]
+    assert 0 < sign * gap <= cfg.llc_margin + 1e-6, (target, gap)  # the simplex may stop it short
+  tvs = [rw[k]["total_variation"] for k in pl.REWEIGHTINGS]
+  # The random control moves as much, or as far as mixing toward its random distribution can.
+  assert tvs[2] <= max(tvs[:2]) + 1e-9 and tvs[2] > 0
+  for a in parens.ALGORITHMS:
+    assert set(pat["measured_llc_per_chain"][a]) == {"unweighted", *pl.REWEIGHTINGS}
+  for row in pat["comparison"].values():
+    for key in ("dllc_counts", "dllc_prefix", "dllc_counts_minus_prefix"):
+      assert np.isfinite(row[key]["measured"]) and np.isfinite(row[key]["se"]), key
+
+
+def _fake_estimates(monkeypatch):
+  """Stands in for the LLC analysis' two SGLD estimates (:func:`pl.llc_responses`,
+  :func:`pl.measure_llcs`) with draws of the right shapes: what the study does around them."""
+  r = np.random.default_rng(0)
+
+  def responses(cfg, model, data, references, sub_ids, chosen, num_groups):
+    keys = ("dllc_total", "dllc_implicit", "dllc_explicit", "dtest")
+    out = {a: {k: r.normal(size=num_groups) for k in keys} for a in parens.ALGORITHMS}
+    se = {k: r.uniform(0.1, 1, num_groups) for k in ("dllc_implicit_se", "dtest_se")}
+    return {a: {**v, **se, "llc": 10.0, "test_loss_mean": 0.5} for a, v in out.items()}
+
+  def measured(cfg, model, data, references, ids, distributions):
+    names = ("unweighted", *distributions)
+    return {a: {n: 10 + r.normal(size=cfg.sgld.num_chains) for n in names} for a in references}
+
+  monkeypatch.setattr(pl, "llc_responses", responses)
+  monkeypatch.setattr(pl, "measure_llcs", measured)
+
+
+@pytest.mark.slow
+def test_parens_llc_study_end_to_end_and_resume_reuses_the_analysis(tmp_path, monkeypatch):
+  """The whole LLC study at one swept share (its unweighted seeds are the sweep's), with the
+  analysis' SGLD estimates stood in for (the previous test runs them): four paired conditions, the
+  summary, the report and the figure; a rerun after the analysis stage reuses it."""
+  _fake_estimates(monkeypatch)
+  cfg = pp.Config().replace(**TINY_PARENS)
   summary = pp.run(cfg, str(tmp_path), progress=False)
-  assert [r["fraction"] for r in summary["base_rate_sweep"]] == [0.5, 0.3]
-  first, second = pp.ranked_fractions(cfg, summary["base_rate_sweep"])[:2]
-  assert [p["fraction"] for p in summary["shares_passed_over"]] == [first[0]]
-  assert summary["shares_passed_over"][0]["steps"] == 2
-  assert summary["neg_prefix_fraction"] == second[0]
-  assert "rank 2" in summary["neg_prefix_fraction_chosen_by"]
-  assert tried == ["", f"share_{second[0]:g}_"]  # the second share's references are its own runs
-  assert set(summary["conditions"]) == set(pp.LLC_CONDITIONS)
+  [row] = summary["base_rate_sweep"]
+  assert row["fraction"] == summary["neg_prefix_fraction"] == 0.5
+  assert summary["neg_prefix_fraction_chosen_by"] == "sweep" and summary["shares_passed_over"] == []
+  assert set(summary["conditions"]) == {"unweighted", *pl.REWEIGHTINGS}
+  assert summary["conditions"]["unweighted"]["counts_rate"] == row["counts_rate"]  # the sweep's
   for c, o in summary["conditions"].items():
     assert sum(o["selected"].values()) == 2, c
   assert set(summary["fisher_p_vs_unweighted"]) == set(pl.REWEIGHTINGS)
-  rows = summary["predicted_vs_measured"]
-  assert set(rows) == set(pl.REWEIGHTINGS)
-  for row in rows.values():
-    assert np.isfinite(row["dllc_counts_minus_prefix"]["measured"])
-  tvs = [summary["reweightings"][k]["total_variation"] for k in pl.REWEIGHTINGS]
-  # The random control moves as much, or as far as mixing toward its random distribution can.
-  assert tvs[2] <= max(tvs[:2]) + 1e-9 and tvs[2] > 0
+  assert set(summary["predicted_vs_measured"]) == set(pl.REWEIGHTINGS)
+  for a, r in summary["reference_solutions"].items():
+    assert r["steps"] == 200 and r["train_accuracy"] >= cfg.perfect_accuracy, a
   assert sorted(check_report(tmp_path)) == ["figures/patterning_parens.png"]
   lines = pp.report(summary)
   assert any("predicted" in line for line in lines)
-  assert any(line.startswith(f"  passed over {first[0]:g}: its forced") for line in lines)
-  assert "passed over" in (tmp_path / "report.html").read_text()  # the report leads with the lines
+  assert "continued at 0.5 (sweep" in (tmp_path / "report.html").read_text()  # led by the lines
   monkeypatch.setattr(pl, "llc_responses", lambda *a, **k: pytest.fail("recomputed the analysis"))
+  monkeypatch.setattr(pl, "measure_llcs", lambda *a, **k: pytest.fail("recomputed the analysis"))
   (tmp_path / "summary.json").unlink()  # interrupted after the analysis stage
   again = pp.run(cfg, str(tmp_path), progress=False)
   assert again["predicted_vs_measured"] == summary["predicted_vs_measured"]
