@@ -25,6 +25,7 @@ depends on the spike drawn.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import jax
@@ -43,6 +44,7 @@ from mechjax.train import loop
 
 TASKS = ("amplitude", "linear_process", "spiked_principal", "spiked_isotropic")
 PHASE_TASKS = TASKS[1:]
+SPIKED_TASKS = TASKS[2:]
 
 
 NAME = "fourier_phase"
@@ -121,49 +123,25 @@ class Config(config.Settings):
 class Condition:
   run: str
   task: str
-  alpha: (
-    float | None
-  )  # None for the amplitude task (its two exponents are in Config.amplitude_alphas).
+  alpha: float | None  # None for the amplitude task (its two are Config.amplitude_alphas)
 
 
 def conditions(cfg: Config) -> list[Condition]:
+  """One run per phase task and alpha, one for the amplitude task; their names are distinct, as
+  ``Config`` refuses repeated tasks and alphas equal to 6 significant digits."""
   out = []
   for task in cfg.tasks:
     if task == "amplitude":
       a0, a1 = cfg.amplitude_alphas
       out.append(Condition(f"amplitude_alpha{a0:g}_vs_{a1:g}", task, None))
     else:
-      out.extend(Condition(f"{task}_alpha{a:g}", task, float(a)) for a in cfg.alphas)
-  names = [c.run for c in out]
-  if len(set(names)) != len(names):
-    dup = sorted({n for n in names if names.count(n) > 1})
-    raise ValueError(
-      f"tasks and alphas must name distinct runs; {', '.join(dup)} would appear twice "
-      "(repeated --tasks or --alpha values, or alphas equal to 6 significant digits)"
-    )
+      out.extend(Condition(f"{task}_alpha{a:g}", task, a) for a in cfg.alphas)
   return out
-
-
-def is_spiked(cond: Condition) -> bool:
-  return cond.task.startswith("spiked_")
 
 
 def num_spikes(cfg: Config, cond: Condition) -> int:
   """Teacher spikes of a condition: ``cfg.num_spikes`` for the spiked tasks, else 1."""
-  return cfg.num_spikes if is_spiked(cond) else 1
-
-
-def spikes(cfg: Config, cond: Condition) -> jax.Array:
-  """``(num_spikes, *shape)``: spike ``j`` is the stream ``("spike", j)`` of ``--seed`` (not any
-  seed's training key), drawn for the condition's alpha; spike ``j`` at every alpha colours the same
-  white draw, so conditions can be compared spike by spike."""
-  kind = cond.task.removeprefix("spiked_")
-  return jnp.stack(
-    [
-      fourier.make_spike(rng.key(cfg.run.seed, "spike", j), cfg.shape, cond.alpha, kind)
-      for j in range(cfg.num_spikes)
-    ]
-  )
+  return cfg.num_spikes if cond.task in SPIKED_TASKS else 1
 
 
 def member_keys(cfg: Config, cond: Condition) -> jax.Array:
@@ -173,33 +151,32 @@ def member_keys(cfg: Config, cond: Condition) -> jax.Array:
 
 
 def member_data(cfg: Config, cond: Condition):
-  """Each member's spike, ``{"u": (members, *shape)}``, for the spiked tasks; None otherwise."""
-  if not is_spiked(cond):
+  """Each member's spike, ``{"u": (members, *shape)}``, for the spiked tasks; None otherwise.
+
+  Spike ``j`` is the stream ``("spike", j)`` of ``--seed`` (not any seed's training key), drawn
+  for the condition's alpha; spike ``j`` at every alpha colours the same white draw, so conditions
+  can be compared spike by spike."""
+  if cond.task not in SPIKED_TASKS:
     return None
-  return {"u": jnp.repeat(spikes(cfg, cond), cfg.run.num_seeds, axis=0)}
+  kind = cond.task.removeprefix("spiked_")
+  keys = [rng.key(cfg.run.seed, "spike", j) for j in range(cfg.num_spikes)]
+  spikes = jnp.stack([fourier.make_spike(k, cfg.shape, cond.alpha, kind) for k in keys])
+  return {"u": jnp.repeat(spikes, cfg.run.num_seeds, axis=0)}
 
 
 def make_sampler(cfg: Config, cond: Condition):
   """``sample(key, n, member) -> (x, y)`` for one condition; ``member`` is the member's data (its
   spike ``member["u"]`` for the spiked tasks, None otherwise)."""
-  shape = cfg.shape
   if cond.task == "amplitude":
     a0, a1 = cfg.amplitude_alphas
     return lambda key, n, member: fourier.sample_amplitude_task(
-      key, n, shape=shape, alpha0=a0, alpha1=a1
+      key, n, shape=cfg.shape, alpha0=a0, alpha1=a1
     )
+  phase = functools.partial(fourier.sample_phase_task, shape=cfg.shape, alpha=cond.alpha)
   if cond.task == "linear_process":
-    return lambda key, n, member: fourier.sample_phase_task(
-      key, n, shape=shape, alpha=cond.alpha, signal="linear_process", noise=cfg.noise
-    )
-  return lambda key, n, member: fourier.sample_phase_task(
-    key,
-    n,
-    shape=shape,
-    alpha=cond.alpha,
-    signal="spiked_cumulant",
-    strength=cfg.beta,
-    u=member["u"],
+    return lambda key, n, member: phase(key, n, signal="linear_process", noise=cfg.noise)
+  return lambda key, n, member: phase(
+    key, n, signal="spiked_cumulant", strength=cfg.beta, u=member["u"]
   )
 
 
@@ -247,67 +224,56 @@ def samples_to_accuracy(
 def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> dict:
   """The condition's numbers over all its members, and, for the spiked tasks, per spike with their
   spread over spikes."""
-  final = np.asarray(history[-1]["test_acc"])
+  last = history[-1]
+  final = np.asarray(last["test_acc"])
   out = {
     "task": cond.task,
     "alpha": cond.alpha,
     "num_spikes": num_spikes(cfg, cond),
     "samples_to_target": samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size),
-    "final_test_acc_mean": float(final.mean()),
-    "final_test_acc_sd": float(final.std()),
-    "final_scrambled_acc_mean": float(np.mean(history[-1]["scrambled_acc"])),
-    "final_whitened_acc_mean": float(np.mean(history[-1]["whitened_acc"])),
-    "steps": int(history[-1]["step"]),
-    "samples": int(history[-1]["step"]) * cfg.batch_size,
+    "final_test_acc_mean": final.mean(),
+    "final_test_acc_sd": final.std(),
+    "final_scrambled_acc_mean": np.mean(last["scrambled_acc"]),
+    "final_whitened_acc_mean": np.mean(last["whitened_acc"]),
+    "steps": last["step"],
+    "samples": last["step"] * cfg.batch_size,
   }
-  if is_spiked(cond):
+  if cond.task in SPIKED_TASKS:
     k = cfg.run.num_seeds
     per_spike = [slice(j * k, (j + 1) * k) for j in range(cfg.num_spikes)]
     acc = np.array([final[m].mean() for m in per_spike])
     out["per_spike"] = {
-      "final_test_acc_mean": acc.tolist(),
+      "final_test_acc_mean": acc,
       "samples_to_target": [
         samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size, m) for m in per_spike
       ],
     }
     out["spread_over_spikes"] = {
-      "final_test_acc_min": float(acc.min()),
-      "final_test_acc_median": float(np.median(acc)),
-      "final_test_acc_max": float(acc.max()),
-      "final_test_acc_sd": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
+      "final_test_acc_min": acc.min(),
+      "final_test_acc_median": np.median(acc),
+      "final_test_acc_max": acc.max(),
+      "final_test_acc_sd": acc.std(ddof=1) if acc.size > 1 else 0.0,
     }
   return out
 
 
-def spike_gains(summary: dict) -> dict:
-  """For each spiked task and each alpha > 0: the per-spike final accuracy minus that spike's at
-  alpha 0 (paired by spike), and the per-spike ratio of samples to the target where both reached
-  it. Empty for tasks without an alpha-0 condition."""
+def spike_gains(conds: dict[str, dict]) -> dict:
+  """For each spiked condition with alpha > 0 whose task also ran at alpha 0: the per-spike final
+  accuracy minus that spike's at alpha 0 (paired by spike), and the per-spike ratio of samples to
+  the target where both reached it."""
   out = {}
-  conds = summary["conditions"]
   for name, c in conds.items():
-    if "per_spike" not in c or not c["alpha"]:
+    base = [b for b in conds.values() if b["task"] == c["task"] and b["alpha"] == 0]
+    if "per_spike" not in c or not c["alpha"] or not base:
       continue
-    base = next(
-      (
-        b for b in conds.values() if b["task"] == c["task"] and b["alpha"] == 0 and "per_spike" in b
-      ),
-      None,
-    )
-    if base is None:
-      continue
-    gain = np.array(c["per_spike"]["final_test_acc_mean"]) - np.array(
-      base["per_spike"]["final_test_acc_mean"]
-    )
-    ratios = [
-      None if (b is None or f is None or f == 0) else b / f
-      for b, f in zip(base["per_spike"]["samples_to_target"], c["per_spike"]["samples_to_target"])
-    ]
+    base, mine = base[0]["per_spike"], c["per_spike"]
+    gain = mine["final_test_acc_mean"] - base["final_test_acc_mean"]
+    pairs = zip(base["samples_to_target"], mine["samples_to_target"])
     out[name] = {
-      "accuracy_gain_per_spike": gain.tolist(),
-      "accuracy_gain_min": float(gain.min()),
-      "accuracy_gain_max": float(gain.max()),
-      "speedup_to_target_per_spike": ratios,
+      "accuracy_gain_per_spike": gain,
+      "accuracy_gain_min": gain.min(),
+      "accuracy_gain_max": gain.max(),
+      "speedup_to_target_per_spike": [None if b is None or not f else b / f for b, f in pairs],
     }
   return out
 
@@ -331,7 +297,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     )
     histories[cond.run] = result.history
     summary["conditions"][cond.run] = summarize_condition(cfg, cond, result.history)
-  summary["spike_gains_vs_alpha0"] = spike_gains(summary)
+  summary["spike_gains_vs_alpha0"] = spike_gains(summary["conditions"])
   return frame.Outputs(
     summary, figures=lambda folder: plot_all(cfg, histories, folder), captions=captions(cfg)
   )
@@ -381,75 +347,48 @@ def _progress_text(row: dict) -> str:
 
 def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> list[str]:
   """Writes the study's figures into the folder ``figures``; returns their paths."""
-  conds = conditions(cfg)
-  by_task = {t: [c for c in conds if c.task == t] for t in cfg.tasks}
-  written = []
+  by_task = {t: [c for c in conditions(cfg) if c.task == t] for t in cfg.tasks}
+  # Each task's condition shown alone: the amplitude task's one, a phase task's best alpha.
+  final = lambda c: np.mean(histories[c.run][-1]["test_acc"])
+  shown = {t: max(cs, key=final) for t, cs in by_task.items()}
+  path = lambda name: os.path.join(figures, name)
 
   def curve(cond, key="test_acc", label=None):
     h = histories[cond.run]
     samples = np.array([r["step"] for r in h]) * cfg.batch_size
     return plotting.Curve(samples, np.array([r[key] for r in h], dtype=float), label or cond.run)
 
-  # 1. Amplitude vs phase: the amplitude task against each phase task at its most favourable alpha.
-  amp_vs_phase = []
-  for task, cs in by_task.items():
-    if task == "amplitude":
-      amp_vs_phase.append(curve(cs[0], label="amplitude task"))
-    elif cs:
-      best = max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"]))
-      amp_vs_phase.append(curve(best, label=f"{task} (alpha={best.alpha:g})"))
-  written.append(
+  accuracy = dict(ylabel="test accuracy", target=cfg.target_accuracy)
+  amp_vs_phase = [
+    curve(c, label="amplitude task" if t == "amplitude" else f"{t} (alpha={c.alpha:g})")
+    for t, c in shown.items()
+  ]
+  written = [
     plotting.curves_figure(
       [("amplitude vs. phase information", amp_vs_phase)],
-      os.path.join(figures, "amplitude_vs_phase.png"),
-      ylabel="test accuracy",
-      target=cfg.target_accuracy,
+      path("amplitude_vs_phase.png"),
+      **accuracy,
     )
-  )
-
-  # 2. Phase-task accuracy vs samples for each alpha: both regimes of the power-law effect side by
-  #    side.
+  ]
+  # Phase-task accuracy for each alpha: both regimes of the power-law effect side by side.
   panels = [
-    (task, [curve(c, label=f"alpha={c.alpha:g}") for c in by_task[task]])
-    for task in PHASE_TASKS
-    if by_task.get(task)
+    (t, [curve(c, label=f"alpha={c.alpha:g}") for c in by_task[t]])
+    for t in PHASE_TASKS
+    if t in by_task
   ]
   if panels:
-    written.append(
-      plotting.curves_figure(
-        panels,
-        os.path.join(figures, "phase_vs_alpha.png"),
-        ylabel="test accuracy",
-        target=cfg.target_accuracy,
-      )
+    written.append(plotting.curves_figure(panels, path("phase_vs_alpha.png"), **accuracy))
+  # Which information the network uses: clean vs phase-scrambled vs amplitude-whitened test sets.
+  info = [
+    (
+      c.run,
+      [
+        curve(c, "test_acc", "clean test set"),
+        curve(c, "scrambled_acc", "phase-scrambled (amplitudes only)"),
+        curve(c, "whitened_acc", "amplitude-whitened (phases only)"),
+      ],
     )
-
-  # 3. Which information the network uses: clean vs phase-scrambled vs amplitude-whitened test sets.
-  info_panels = []
-  for task, cs in by_task.items():
-    if not cs:
-      continue
-    cond = (
-      cs[0]
-      if task == "amplitude"
-      else max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"]))
-    )
-    info_panels.append(
-      (
-        cond.run,
-        [
-          curve(cond, "test_acc", "clean test set"),
-          curve(cond, "scrambled_acc", "phase-scrambled (amplitudes only)"),
-          curve(cond, "whitened_acc", "amplitude-whitened (phases only)"),
-        ],
-      )
-    )
-  written.append(
-    plotting.curves_figure(
-      info_panels,
-      os.path.join(figures, "information_used.png"),
-      ylabel="test accuracy",
-      target=None,
-    )
-  )
+    for c in shown.values()
+  ]
+  written.append(plotting.curves_figure(info, path("information_used.png"), ylabel="test accuracy"))
   return written
