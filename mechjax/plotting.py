@@ -11,6 +11,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
+def save(fig, path: str) -> str:
+  """Lays ``fig`` out tightly, writes it to ``path`` (110 dpi) and closes it. Returns ``path``."""
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
 @dataclasses.dataclass
 class Curve:
   """``y_TxS``: one value per logged point ``x_T`` and seed; drawn as the seed mean with a ±1 sd
@@ -47,10 +55,7 @@ def curves_figure(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
   axes[0][0].set_ylabel(ylabel)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return save(fig, path)
 
 
 def loglog_fit_figure(
@@ -85,10 +90,7 @@ def loglog_fit_figure(
   ax.set_title(title, fontsize=10)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return save(fig, path)
 
 
 def bars_figure(
@@ -129,10 +131,7 @@ def bars_figure(
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7, loc="best")
   axes[0][0].set_ylabel(ylabel)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return save(fig, path)
 
 
 def matrices_figure(
