@@ -1,7 +1,7 @@
 """Does tensor similarity see a backdoor being inserted? Full network versus the target-class slice.
 
-Data: the 8×8 handwritten digits shipped with scikit-learn (``sklearn.datasets.load_digits``, 1797
-images, pixels scaled to [0, 1]), split 70/30 once from the seed. Model: ``Bilinear(64 → 64, no
+Data: the 8×8 handwritten digits shipped with scikit-learn (:mod:`mechjax.data.digits`, 1797
+images, pixels in [0, 1]), split 70/30 once from the seed. Model: ``Bilinear(64 → 64, no
 bias, no projection) → Linear(64 → 10)``, as in Cohen et al. (2026, arXiv:2605.15183, §backdoor,
 there on SVHN).
 
@@ -16,10 +16,9 @@ Three runs, each vmapped over seeds:
 
 The attack success rate (ASR) is the fraction of test images of the other classes that the model
 puts in ``target_class`` once the trigger is stamped on. Every checkpoint of both fine-tunes is
-compared with the last clean checkpoint by: tensor similarity of the whole network; the target-class
-slice (only the ``target_class`` logit's tensor,
-:func:`mechjax.similarity.tensor.slice_similarity`); weight cosine; logit cosine on the clean test
-images and on the triggered ones; and linear CKA of the hidden products on the clean test images.
+compared with the last clean checkpoint by the measures of :mod:`mechjax.similarity.checkpoints`
+(tensor similarity, weight cosine, logit cosine and CKA on the clean test images), the target-class
+slice (only the ``target_class`` logit's tensor) and the logit cosine on triggered test images.
 The *onset* is the first poisoned checkpoint with ASR ≥ 0.5; at the onset each measure's
 dissimilarity ``1 − s`` is reported for the poisoned run and for the control at the same step, and
 their ratio is the measure's signal over drift.
@@ -28,7 +27,6 @@ their ratio is the measure's signal over drift.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 
 import flax.linen as nn
@@ -40,6 +38,7 @@ import optax
 from mechjax import config
 from mechjax import plotting
 from mechjax import rng
+from mechjax.data import digits
 from mechjax.models import bilinear as bl
 from mechjax.similarity import checkpoints
 from mechjax.similarity import tensor as ts
@@ -93,43 +92,14 @@ class Config(config.Settings):
   )
 
 
-@functools.lru_cache(maxsize=1)
-def load_digits() -> tuple[np.ndarray, np.ndarray]:
-  """The scikit-learn digits as ``(1797, 64)`` float32 pixels in [0, 1] and int labels."""
-  try:
-    from sklearn import datasets
-  except ImportError as e:  # pragma: no cover - sklearn is in requirements.txt
-    raise ImportError(
-      "the backdoor experiment needs scikit-learn (pip install -r requirements.txt)"
-    ) from e
-  d = datasets.load_digits()
-  return (d.data / 16.0).astype(np.float32), d.target.astype(np.int32)
-
-
-def split(cfg: Config, n: int) -> tuple[np.ndarray, np.ndarray]:
-  """A fixed 70/30 split of the ``n`` digits, drawn from ``--seed``."""
-  perm = np.random.default_rng(cfg.run.seed).permutation(n)
-  cut = int(round(0.7 * n))
-  return np.sort(perm[:cut]), np.sort(perm[cut:])
-
-
-def trigger(x: jax.Array, size: int) -> jax.Array:
-  """Stamps a ``size × size`` patch of ones in the bottom-right corner of flattened 8×8 images."""
-  img = x.reshape(x.shape[:-1] + (8, 8))
-  img = img.at[..., 8 - size :, 8 - size :].set(1.0)
-  return img.reshape(x.shape)
-
-
 def model_of(cfg: Config) -> nn.Module:
   return nn.Sequential([bl.Bilinear(cfg.hidden, project=False), bl.Linear(10)])
 
 
 def make_problem(cfg: Config, poison_fraction: float) -> loop.Problem:
   model = model_of(cfg)
-  x_all, y_all = load_digits()
-  tr, te = split(cfg, len(y_all))
-  x_tr, y_tr, x_te, y_te = (jnp.asarray(a) for a in (x_all[tr], y_all[tr], x_all[te], y_all[te]))
-  others = y_te != cfg.target_class
+  x_tr, y_tr, x_te, y_te = map(jnp.asarray, digits.load_split(cfg.run.seed))
+  x_trig, others = digits.trigger(x_te, cfg.trigger_size), y_te != cfg.target_class
 
   def init(key):
     return model.init(key, jnp.zeros((1, 64)))
@@ -140,7 +110,7 @@ def make_problem(cfg: Config, poison_fraction: float) -> loop.Problem:
     x, y = x_tr[idx], y_tr[idx]
     if poison_fraction > 0:
       mask = jax.random.bernoulli(k_poison, poison_fraction, (cfg.batch_size,))
-      x = jnp.where(mask[:, None], trigger(x, cfg.trigger_size), x)
+      x = jnp.where(mask[:, None], digits.trigger(x, cfg.trigger_size), x)
       y = jnp.where(mask, cfg.target_class, y)
     logits = model.apply(params, x)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
@@ -149,7 +119,7 @@ def make_problem(cfg: Config, poison_fraction: float) -> loop.Problem:
   def evaluate(params, key):
     del key
     logits = model.apply(params, x_te)
-    hit = jnp.argmax(model.apply(params, trigger(x_te, cfg.trigger_size)), -1) == cfg.target_class
+    hit = jnp.argmax(model.apply(params, x_trig), -1) == cfg.target_class
     return {
       "test_acc": jnp.mean(jnp.argmax(logits, -1) == y_te),
       "test_loss": optax.softmax_cross_entropy_with_integer_labels(logits, y_te).mean(),
@@ -163,29 +133,28 @@ def similarities(cfg: Config, reference: dict, params: list[dict]) -> dict[str, 
   """Each of :data:`MEASURES` between the clean model ``reference`` and every one of ``params`` (one
   seed's checkpoints), ``(K,)``: row 0 of :func:`mechjax.similarity.checkpoints.matrices` over
   ``[reference, *params]`` on the clean test images, and the logit cosine on the triggered ones."""
-  model = model_of(cfg)
-  x_all, y_all = load_digits()
-  x_clean = jnp.asarray(x_all[split(cfg, len(y_all))[1]])
-  nets = [reference, *params]
+  model, nets = model_of(cfg), [reference, *params]
+  x_clean = jnp.asarray(digits.load_split(cfg.run.seed)[2])
+  x_trig = digits.trigger(x_clean, cfg.trigger_size)
   m = checkpoints.matrices(model, nets, x_clean, slice_index=cfg.target_class)
-  triggered = jax.vmap(lambda p: model.apply(p, trigger(x_clean, cfg.trigger_size)))
-  by_name = {
-    "tensor": m["tensor"],
-    "tensor_target_slice": m["tensor_slice"],
-    "weight_cosine": m["weight_cosine"],
-    "logit_cosine_clean": m["logit_cosine"],
-    "logit_cosine_triggered": ts.cosine_matrix(triggered(checkpoints.stack(nets))),
-    "cka": m["cka"],
-  }
-  return {k: np.asarray(v[0, 1:], np.float64) for k, v in by_name.items()}
+  m["tensor_target_slice"], m["logit_cosine_clean"] = m["tensor_slice"], m["logit_cosine"]
+  triggered = jax.vmap(lambda p: model.apply(p, x_trig))(checkpoints.stack(nets))
+  m["logit_cosine_triggered"] = ts.cosine_matrix(triggered)
+  return {k: np.asarray(m[k][0, 1:], np.float64) for k in MEASURES}
 
 
-def at_onset(sims: dict[str, dict], i: int) -> dict:
-  """Each measure's similarity at checkpoint ``i`` in both fine-tunes, and the poisoned run's
-  dissimilarity ``1 − s`` over the control's (None where the control did not move)."""
+def at_onset(steps: list[int], asr: np.ndarray, sims: dict[str, dict]) -> dict | None:
+  """The onset, the first checkpoint with ASR ≥ :data:`ONSET_ASR` (None if there is none): its step
+  and ASR, each measure's similarity in both fine-tunes, and the poisoned run's dissimilarity
+  ``1 − s`` over the control's (None where the control did not move)."""
+  i = next((i for i, a in enumerate(asr) if a >= ONSET_ASR), None)
+  if i is None:
+    return None
   p = {m: sims["poisoned"][m][i] for m in MEASURES}
   c = {m: sims["continued"][m][i] for m in MEASURES}
   return {
+    "step": steps[i],
+    "attack_success": asr[i],
     "similarity_poisoned": p,
     "similarity_continued": c,
     "signal_over_drift": {m: (1 - p[m]) / (1 - c[m]) if 1 - c[m] > 0 else None for m in MEASURES},
@@ -236,7 +205,6 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       for name in tunes
     }
     curves[s] = {"steps": steps, "attack_success": asr, **sims}
-    onset = next((i for i, a in enumerate(asr) if a >= ONSET_ASR), None)
     seeds.append(
       {
         "clean_test_acc": clean.history[-1]["test_acc"][s],
@@ -248,9 +216,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
           "attack_success": asr[0],
           "similarity": {m: sims["poisoned"][m][0] for m in MEASURES},
         },
-        "onset": None
-        if onset is None
-        else {"step": steps[onset], "attack_success": asr[onset], **at_onset(sims, onset)},
+        "onset": at_onset(steps, asr, sims),
       }
     )
   summary = {
@@ -338,8 +304,4 @@ def plot_all(
   ymax = max(a.get_ylim()[1] for a in axes[1:])
   for a in axes[1:]:
     a.set_ylim(0, ymax)
-  fig.tight_layout()
-  path = os.path.join(figures, "backdoor_similarity.png")
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return [path]
+  return [plotting.save(fig, os.path.join(figures, "backdoor_similarity.png"))]

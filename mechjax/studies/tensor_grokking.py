@@ -1,18 +1,15 @@
 """Tensor similarity across grokking: does the weight-space measure track behaviour through a phase
 change?
 
-Modular addition ``(a + b) mod P`` with one-hot inputs ``[e_a; e_b] ∈ ℝ^{2P}``, learned by
-``Bilinear(2P → hidden, no bias, no projection) → Linear(hidden → P)``, the setting of Cohen et al.
-(2026, arXiv:2605.15183, §grokking), itself after Nanda et al. (2023). AdamW with strong weight
-decay on a 30% training split memorises first and generalises much later.
+Modular addition ``(a + b) mod P`` (:mod:`mechjax.data.modular`) with one-hot inputs ``[e_a; e_b]
+∈ ℝ^{2P}``, learned by ``Bilinear(2P → hidden, no bias, no projection) → Linear(hidden → P)``, the
+setting of Cohen et al. (2026, arXiv:2605.15183, §grokking), itself after Nanda et al. (2023). AdamW
+with strong weight decay on a 30% training split memorises first and generalises much later.
 
 Checkpoints are saved on a power schedule ``t_k = round(steps · (k/K)^power)`` (denser early, where
-the weights move fastest), plus the initialisation. Between every pair of checkpoints of a seed:
-
-* **tensor similarity** of the two networks (:func:`mechjax.similarity.tensor.similarity_matrix`);
-* **logit cosine**: the cosine between their logits on all ``P²`` inputs, flattened (behaviour);
-* **weight cosine**: the cosine between their flattened parameters (naive, basis-dependent);
-* **CKA**: linear CKA of the hidden products ``(Lx) ⊙ (Rx)`` on all ``P²`` inputs.
+the weights move fastest; :func:`mechjax.train.loop.power_schedule`), plus the initialisation. Every
+pair of checkpoints of a seed is compared by tensor similarity, logit cosine, weight cosine and CKA
+of the hidden products on all ``P²`` inputs (:mod:`mechjax.similarity.checkpoints`).
 
 The headline is the Pearson r between tensor similarity and logit cosine over all checkpoint pairs
 (``i < j``); the paper reports 0.998. Phases are read off the logged accuracies: *memorisation* ends
@@ -33,6 +30,7 @@ import optax
 
 from mechjax import config
 from mechjax import plotting
+from mechjax.data import modular
 from mechjax.models import bilinear as bl
 from mechjax.similarity import checkpoints
 from mechjax.studies import frame
@@ -93,24 +91,6 @@ def model_of(cfg: Config) -> nn.Module:
   return nn.Sequential([bl.Bilinear(cfg.hidden, project=False), bl.Linear(cfg.p)])
 
 
-def split(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
-  """Indices ``a·P + b`` of the training and test pairs (a fixed split, drawn from ``--seed``)."""
-  perm = np.random.default_rng(cfg.run.seed).permutation(cfg.p**2)
-  n_train = int(round(cfg.train_fraction * cfg.p**2))
-  if not 0 < n_train < cfg.p**2:
-    raise ValueError(
-      f"train_fraction {cfg.train_fraction} leaves an empty training or test set for P = {cfg.p}"
-    )
-  return np.sort(perm[:n_train]), np.sort(perm[n_train:])
-
-
-def inputs(p: int, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """One-hot ``[e_a; e_b]`` and the label ``(a + b) mod P`` of pair indices ``idx = a·P + b``."""
-  a, b = idx // p, idx % p
-  x = jnp.concatenate([jax.nn.one_hot(a, p), jax.nn.one_hot(b, p)], axis=-1)
-  return x, (a + b) % p
-
-
 def _ce_acc(logits, y):
   ce = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
   return ce, jnp.mean(jnp.argmax(logits, -1) == y)
@@ -118,14 +98,14 @@ def _ce_acc(logits, y):
 
 def make_problem(cfg: Config) -> loop.Problem:
   model = model_of(cfg)
-  train_idx, test_idx = (jnp.asarray(i) for i in split(cfg))
+  train_idx, test_idx = map(jnp.asarray, modular.split(cfg.p, cfg.train_fraction, cfg.run.seed))
 
   def init(key):
     return model.init(key, jnp.zeros((1, 2 * cfg.p)))
 
   def loss(params, key):
     idx = train_idx[jax.random.randint(key, (cfg.batch_size,), 0, train_idx.shape[0])]
-    x, y = inputs(cfg.p, idx)
+    x, y = modular.pairs(cfg.p, idx)
     ce, acc = _ce_acc(model.apply(params, x), y)
     return ce, {"acc": acc}
 
@@ -133,7 +113,7 @@ def make_problem(cfg: Config) -> loop.Problem:
     del key
     out = {}
     for name, idx in (("train", train_idx), ("test", test_idx)):
-      x, y = inputs(cfg.p, idx)
+      x, y = modular.pairs(cfg.p, idx)
       out[f"{name}_loss"], out[f"{name}_acc"] = _ce_acc(model.apply(params, x), y)
     return out
 
@@ -207,7 +187,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   steps = sorted(params_by_step)
   ctx.log(f"comparing {len(steps)} checkpoints pairwise ({len(who)} network(s))")
   history, final = result.history, result.history[-1]
-  all_x, _ = inputs(cfg.p, jnp.arange(cfg.p**2))
+  all_x, _ = modular.pairs(cfg.p, jnp.arange(cfg.p**2))
   seeds, matrices = [], {}
   for s, member in enumerate(who):
     params = [jax.tree.map(lambda a: a[s], params_by_step[t]) for t in steps]
@@ -286,8 +266,8 @@ def plot_all(
   seeds: list[dict],
   figures: str,
 ) -> list[str]:
-  plt = plotting.plt
-  s0, path = seeds[0], lambda name: os.path.join(figures, name)
+  """Writes the three figures into the folder ``figures``; returns their paths."""
+  plt, s0, path = plotting.plt, seeds[0], lambda name: os.path.join(figures, name)
   phases = [(s0["memorised_step"], "memorised"), (s0["generalised_step"], "generalised")]
   fig, ax = plt.subplots(figsize=(7, 4))
   x = [r["step"] for r in history]
@@ -309,13 +289,13 @@ def plot_all(
     fontsize=10,
   )
   ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.08), fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path("grokking_accuracy.png"), dpi=110)
-  plt.close(fig)
+  written = [plotting.save(fig, path("grokking_accuracy.png"))]
 
   order = f"{len(steps)} checkpoints in order, step 0 → {steps[-1]}"
   panels = [(f"{LABELS[m]}\n{order}", matrices[f"seed0/{m}"]) for m in MEASURES]
-  plotting.matrices_figure(panels, path("grokking_similarity_matrices.png"), vmax=1.0)
+  written.append(
+    plotting.matrices_figure(panels, path("grokking_similarity_matrices.png"), vmax=1.0)
+  )
 
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
   t, lc = matrices["seed0/tensor"], matrices["seed0/logit_cosine"]
@@ -334,12 +314,4 @@ def plot_all(
   axes[1].set_xlabel("checkpoint step")
   axes[1].set_ylabel("similarity to the final checkpoint")
   axes[1].legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path("grokking_tensor_vs_logit.png"), dpi=110)
-  plt.close(fig)
-  names = (
-    "grokking_accuracy.png",
-    "grokking_similarity_matrices.png",
-    "grokking_tensor_vs_logit.png",
-  )
-  return [path(n) for n in names]
+  return [*written, plotting.save(fig, path("grokking_tensor_vs_logit.png"))]

@@ -1,9 +1,9 @@
-"""The tensor-similarity experiments end to end at toy size, and their pieces."""
+"""The tensor-similarity experiments end to end at toy size (their data: tests/data/test_digits.py,
+tests/data/test_modular.py; their measures: tests/similarity/test_checkpoints.py)."""
 
 import json
 import os
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -11,26 +11,6 @@ from mechjax.studies import tensor_backdoor
 from mechjax.studies import tensor_grokking
 from tests.helpers import check_report
 from tests.helpers import run_module
-
-
-def test_modular_addition_inputs_and_split():
-  cfg = tensor_grokking.Config(p=7, train_fraction=0.3)
-  tr, te = tensor_grokking.split(cfg)
-  assert len(tr) == 15 and len(tr) + len(te) == 49 and not set(tr) & set(te)
-  x, y = tensor_grokking.inputs(7, jnp.array([3 * 7 + 5]))
-  assert (
-    x.shape == (1, 14)
-    and x[0, 3] == 1
-    and x[0, 7 + 5] == 1
-    and float(x.sum()) == 2
-    and int(y[0]) == 1
-  )
-
-
-def test_trigger_stamps_the_bottom_right_corner_only():
-  x = jnp.zeros((2, 64))
-  t = np.asarray(tensor_backdoor.trigger(x, 2)).reshape(2, 8, 8)
-  assert t[:, 6:, 6:].min() == 1 and t.sum() == 2 * 4
 
 
 @pytest.mark.slow
