@@ -11,6 +11,8 @@ next to three baselines, each a ``(K, K)`` matrix over the ``K`` networks:
 * ``weight_cosine``: the cosine between their flattened parameters (naive, basis-dependent);
 * ``cka``: linear CKA (:func:`mechjax.similarity.tensor.cka_matrix`) of the hidden products
   ``(Lx) ⊙ (Rx)`` of the first (bilinear) layer on those inputs.
+
+:func:`upper_pearson` then says how closely two measures agree over all pairs.
 """
 
 from __future__ import annotations
@@ -83,3 +85,13 @@ def matrices(
   if slice_index is not None:
     out["tensor_slice"] = ts.similarity_matrix(nets, slice_index=slice_index)
   return out
+
+
+def upper_pearson(a: np.ndarray, b: np.ndarray) -> float:
+  """Pearson r between the entries above the diagonal of two ``(K, K)`` similarity matrices: how
+  alike two measures find the ``K(K−1)/2`` pairs (representational similarity analysis, Kriegeskorte
+  et al. 2008, over networks instead of stimuli)."""
+  if a.shape != b.shape or a.ndim != 2 or a.shape[0] != a.shape[1]:
+    raise ValueError(f"need two (K, K) matrices of one shape; got {a.shape} and {b.shape}")
+  i, j = np.triu_indices(a.shape[0], k=1)
+  return np.corrcoef(a[i, j], b[i, j])[0, 1]

@@ -41,10 +41,16 @@ from mechjax.models.mlp import ACTIVATIONS
 from mechjax.models.mlp import TwoLayer
 from mechjax.studies import frame
 from mechjax.train import loop
+from mechjax.train import metrics
 
 TASKS = ("amplitude", "linear_process", "spiked_principal", "spiked_isotropic")
 PHASE_TASKS = TASKS[1:]
 SPIKED_TASKS = TASKS[2:]
+TEST_SETS = {  # the accuracies evaluated, by the test set they are on
+  "test_acc": "clean test set",
+  "scrambled_acc": "phase-scrambled (amplitudes only)",
+  "whitened_acc": "amplitude-whitened (phases only)",
+}
 
 
 NAME = "fourier_phase"
@@ -169,9 +175,8 @@ def make_sampler(cfg: Config, cond: Condition):
   spike ``member["u"]`` for the spiked tasks, None otherwise)."""
   if cond.task == "amplitude":
     a0, a1 = cfg.amplitude_alphas
-    return lambda key, n, member: fourier.sample_amplitude_task(
-      key, n, shape=cfg.shape, alpha0=a0, alpha1=a1
-    )
+    task = functools.partial(fourier.sample_amplitude_task, shape=cfg.shape, alpha0=a0, alpha1=a1)
+    return lambda key, n, member: task(key, n)
   phase = functools.partial(fourier.sample_phase_task, shape=cfg.shape, alpha=cond.alpha)
   if cond.task == "linear_process":
     return lambda key, n, member: phase(key, n, signal="linear_process", noise=cfg.noise)
@@ -192,8 +197,7 @@ def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
 
   def loss(params, key, member=None):
     x, y = sample(key, cfg.batch_size, member)
-    logits = model.apply(params, x)
-    return jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)), {}
+    return jnp.mean(optax.sigmoid_binary_cross_entropy(model.apply(params, x), y)), {}
 
   def evaluate(params, key, member=None):
     k_data, k_scramble = jax.random.split(key)
@@ -210,27 +214,22 @@ def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
 
 
-def samples_to_accuracy(
-  history: list[dict], target: float, batch_size: int, members: slice = slice(None)
-) -> int | None:
-  """Samples (steps × batch) at the first logged step where the mean test accuracy of ``members``
-  (all of them by default) reaches ``target``."""
-  for row in history:
-    if np.mean(np.asarray(row["test_acc"])[members]) >= target:
-      return int(row["step"]) * batch_size
-  return None
-
-
 def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> dict:
   """The condition's numbers over all its members, and, for the spiked tasks, per spike with their
-  spread over spikes."""
+  spread over spikes. ``samples_to_target``: samples (steps × batch) at the first logged step where
+  the members' mean test accuracy reaches the target."""
+
+  def samples_to_target(members=slice(None)) -> int | None:
+    step = metrics.first_step(history, "test_acc", cfg.target_accuracy, members)
+    return None if step is None else step * cfg.batch_size
+
   last = history[-1]
   final = np.asarray(last["test_acc"])
   out = {
     "task": cond.task,
     "alpha": cond.alpha,
     "num_spikes": num_spikes(cfg, cond),
-    "samples_to_target": samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size),
+    "samples_to_target": samples_to_target(),
     "final_test_acc_mean": final.mean(),
     "final_test_acc_sd": final.std(),
     "final_scrambled_acc_mean": np.mean(last["scrambled_acc"]),
@@ -242,12 +241,8 @@ def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> di
     k = cfg.run.num_seeds
     per_spike = [slice(j * k, (j + 1) * k) for j in range(cfg.num_spikes)]
     acc = np.array([final[m].mean() for m in per_spike])
-    out["per_spike"] = {
-      "final_test_acc_mean": acc,
-      "samples_to_target": [
-        samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size, m) for m in per_spike
-      ],
-    }
+    reached = [samples_to_target(m) for m in per_spike]
+    out["per_spike"] = {"final_test_acc_mean": acc, "samples_to_target": reached}
     out["spread_over_spikes"] = {
       "final_test_acc_min": acc.min(),
       "final_test_acc_median": np.median(acc),
@@ -380,15 +375,7 @@ def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> lis
     written.append(plotting.curves_figure(panels, path("phase_vs_alpha.png"), **accuracy))
   # Which information the network uses: clean vs phase-scrambled vs amplitude-whitened test sets.
   info = [
-    (
-      c.run,
-      [
-        curve(c, "test_acc", "clean test set"),
-        curve(c, "scrambled_acc", "phase-scrambled (amplitudes only)"),
-        curve(c, "whitened_acc", "amplitude-whitened (phases only)"),
-      ],
-    )
-    for c in shown.values()
+    (c.run, [curve(c, key, label) for key, label in TEST_SETS.items()]) for c in shown.values()
   ]
   written.append(plotting.curves_figure(info, path("information_used.png"), ylabel="test accuracy"))
   return written

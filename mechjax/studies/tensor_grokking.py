@@ -35,6 +35,7 @@ from mechjax.models import bilinear as bl
 from mechjax.similarity import checkpoints
 from mechjax.studies import frame
 from mechjax.train import loop
+from mechjax.train import metrics
 
 RUN = "grokking"
 LABELS = {
@@ -138,22 +139,9 @@ def members(cfg: Config) -> list[dict]:
   return [{"seed": s, "weight_decay": wd} for wd in wds for s in range(cfg.run.num_seeds)]
 
 
-def first_step(
-  history: list[dict], key: str, seed: int, threshold: float = THRESHOLD
-) -> int | None:
-  """The first logged step at which seed ``seed``'s ``key`` reaches ``threshold``."""
-  return next((r["step"] for r in history if r[key][seed] >= threshold), None)
-
-
 def _mean_or_none(xs):
   """The mean, or None when any value is None (e.g. a member that never generalised)."""
   return None if any(x is None for x in xs) else np.mean(xs)
-
-
-def pearson_upper(a: np.ndarray, b: np.ndarray) -> float:
-  """Pearson r between the entries above the diagonals of two matrices (each pair ``i < j``)."""
-  i, j = np.triu_indices(a.shape[0], k=1)
-  return np.corrcoef(a[i, j], b[i, j])[0, 1]
 
 
 @frame.study
@@ -196,13 +184,15 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     seeds.append(
       {
         **member,
-        "memorised_step": first_step(history, "train_acc", s),
-        "generalised_step": first_step(history, "test_acc", s),
-        "test_acc_half_step": first_step(history, "test_acc", s, 0.5),
+        "memorised_step": metrics.first_step(history, "train_acc", THRESHOLD, s),
+        "generalised_step": metrics.first_step(history, "test_acc", THRESHOLD, s),
+        "test_acc_half_step": metrics.first_step(history, "test_acc", 0.5, s),
         "final_train_acc": final["train_acc"][s],
         "final_test_acc": final["test_acc"][s],
         "pearson_r_vs_logit_cosine": {
-          m: pearson_upper(mats[m], mats["logit_cosine"]) for m in MEASURES if m != "logit_cosine"
+          m: checkpoints.upper_pearson(mats[m], mats["logit_cosine"])
+          for m in MEASURES
+          if m != "logit_cosine"
         },
         "similarity_init_to_final": {m: mats[m][0, -1] for m in MEASURES},
       }
@@ -246,10 +236,8 @@ def report(summary: dict) -> list[str]:
     r = s["pearson_r_vs_logit_cosine"]
     lines.append(
       f"seed {s['seed']} (weight decay {s['weight_decay']:g}): train acc "
-      f"{s['final_train_acc']:.3f}, test "
-      f"acc {s['final_test_acc']:.3f}; memorised at step {s['memorised_step']}, generalised at "
-      "step "
-      f"{s['generalised_step']}"
+      f"{s['final_train_acc']:.3f}, test acc {s['final_test_acc']:.3f}; memorised at step "
+      f"{s['memorised_step']}, generalised at step {s['generalised_step']}"
     )
     lines.append(
       f"  Pearson r with logit cosine over {len(summary['checkpoint_steps'])} checkpoints: tensor "

@@ -66,3 +66,13 @@ def test_refusals():
     checkpoints.hidden_products(nn.Sequential([bl.Linear(3)]), {}, jnp.zeros((1, 4)))
   with pytest.raises(ValueError, match="at least one"):
     checkpoints.matrices(MODEL, [], jnp.zeros((1, 4)))
+
+
+def test_upper_pearson_reads_only_the_pairs():
+  a = np.array([[1.0, 0.2, 0.4], [0.2, 1.0, 0.6], [0.4, 0.6, 1.0]])
+  b = a.copy()
+  b[np.diag_indices(3)] = 7.0  # the diagonal is ignored
+  np.testing.assert_allclose(checkpoints.upper_pearson(a, b), 1.0)
+  np.testing.assert_allclose(checkpoints.upper_pearson(a, 1 - a), -1.0)
+  with pytest.raises(ValueError, match=r"\(K, K\) matrices of one shape"):
+    checkpoints.upper_pearson(a, a[:2, :2])
