@@ -192,9 +192,6 @@ def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
   sample = make_sampler(cfg, cond)
   ndim = len(cfg.shape)
 
-  def init(key):
-    return model.init(key, jnp.zeros((1, *cfg.shape)))
-
   def loss(params, key, member=None):
     x, y = sample(key, cfg.batch_size, member)
     return jnp.mean(optax.sigmoid_binary_cross_entropy(model.apply(params, x), y)), {}
@@ -203,15 +200,14 @@ def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
     k_data, k_scramble = jax.random.split(key)
     x, y = sample(k_data, cfg.eval_samples, member)
     acc = lambda inputs: jnp.mean((model.apply(params, inputs) > 0) == (y == 1))
-    logits = model.apply(params, x)
     return {
-      "test_loss": jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)),
-      "test_acc": jnp.mean((logits > 0) == (y == 1)),
+      "test_loss": jnp.mean(optax.sigmoid_binary_cross_entropy(model.apply(params, x), y)),
+      "test_acc": acc(x),
       "scrambled_acc": acc(fourier.phase_scramble(k_scramble, x, ndim=ndim)),
       "whitened_acc": acc(fourier.whiten_amplitudes(x, ndim=ndim)),
     }
 
-  return loop.Problem(init=init, loss=loss, evaluate=evaluate)
+  return loop.Problem(lambda key: model.init(key, jnp.zeros((1, *cfg.shape))), loss, evaluate)
 
 
 def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> dict:
@@ -281,12 +277,16 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   optimizer = optax.sgd(cfg.learning_rate)
   conds = conditions(cfg)
   ctx.plan(len(conds), "condition")
+  summarize = lambda r: (
+    f"loss {np.mean(r['train_loss']):.4f} | test acc {np.mean(r['test_acc']):.3f} "
+    f"(scrambled {np.mean(r['scrambled_acc']):.3f}, whitened {np.mean(r['whitened_acc']):.3f})"
+  )
   for cond in conds:
     result = ctx.train(
       cond.run,
       make_problem(cfg, cond),
       optimizer,
-      summarize=_progress_text,
+      summarize=summarize,
       keys=member_keys(cfg, cond),
       member_data=member_data(cfg, cond),
     )
@@ -331,13 +331,6 @@ def report(summary: dict) -> list[str]:
       f"{g['accuracy_gain_max']:+.3f}"
     )
   return lines
-
-
-def _progress_text(row: dict) -> str:
-  return (
-    f"loss {np.mean(row['train_loss']):.4f} | test acc {np.mean(row['test_acc']):.3f} "
-    f"(scrambled {np.mean(row['scrambled_acc']):.3f}, whitened {np.mean(row['whitened_acc']):.3f})"
-  )
 
 
 def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> list[str]:

@@ -101,9 +101,6 @@ def make_problem(cfg: Config, poison_fraction: float) -> loop.Problem:
   x_tr, y_tr, x_te, y_te = map(jnp.asarray, digits.load_split(cfg.run.seed))
   x_trig, others = digits.trigger(x_te, cfg.trigger_size), y_te != cfg.target_class
 
-  def init(key):
-    return model.init(key, jnp.zeros((1, 64)))
-
   def loss(params, key):
     k_idx, k_poison = jax.random.split(key)
     idx = jax.random.randint(k_idx, (cfg.batch_size,), 0, y_tr.shape[0])
@@ -126,7 +123,7 @@ def make_problem(cfg: Config, poison_fraction: float) -> loop.Problem:
       "attack_success": jnp.sum(hit & others) / jnp.sum(others),
     }
 
-  return loop.Problem(init=init, loss=loss, evaluate=evaluate)
+  return loop.Problem(lambda key: model.init(key, jnp.zeros((1, 64))), loss, evaluate)
 
 
 def similarities(cfg: Config, reference: dict, params: list[dict]) -> dict[str, np.ndarray]:

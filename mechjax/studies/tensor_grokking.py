@@ -101,9 +101,6 @@ def make_problem(cfg: Config) -> loop.Problem:
   model = model_of(cfg)
   train_idx, test_idx = map(jnp.asarray, modular.split(cfg.p, cfg.train_fraction, cfg.run.seed))
 
-  def init(key):
-    return model.init(key, jnp.zeros((1, 2 * cfg.p)))
-
   def loss(params, key):
     idx = train_idx[jax.random.randint(key, (cfg.batch_size,), 0, train_idx.shape[0])]
     x, y = modular.pairs(cfg.p, idx)
@@ -118,7 +115,7 @@ def make_problem(cfg: Config) -> loop.Problem:
       out[f"{name}_loss"], out[f"{name}_acc"] = _ce_acc(model.apply(params, x), y)
     return out
 
-  return loop.Problem(init=init, loss=loss, evaluate=evaluate)
+  return loop.Problem(lambda key: model.init(key, jnp.zeros((1, 2 * cfg.p))), loss, evaluate)
 
 
 def make_optimizer(cfg: Config) -> optax.GradientTransformation:
