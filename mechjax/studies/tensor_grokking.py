@@ -173,11 +173,11 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   ctx.log(f"comparing {len(steps)} checkpoints pairwise ({len(who)} network(s))")
   history, final = result.history, result.history[-1]
   all_x, _ = modular.pairs(cfg.p, jnp.arange(cfg.p**2))
-  seeds, matrices = [], {}
+  seeds, sims = [], {"steps": np.array(steps)}  # sims: similarity.npz
   for s, member in enumerate(who):
     params = [jax.tree.map(lambda a: a[s], params_by_step[t]) for t in steps]
     mats = checkpoints.matrices(model_of(cfg), params, all_x)
-    matrices.update({f"seed{s}/{k}": v for k, v in mats.items()})
+    sims.update({f"seed{s}/{k}": v for k, v in mats.items()})
     seeds.append(
       {
         **member,
@@ -211,8 +211,8 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       }
   return frame.Outputs(
     summary,
-    figures=lambda folder: plot_all(cfg, history, steps, matrices, seeds, folder),
-    files={"similarity.npz": {"steps": np.array(steps), **matrices}},
+    figures=lambda folder: plot_all(cfg, history, sims, seeds, folder),
+    files={"similarity.npz": sims},
     captions={
       "grokking_accuracy.png": "Train and test accuracy during training, seed 0 solid and the "
       "other seeds faint; dashed lines mark seed 0's memorised and generalised steps, ticks the "
@@ -244,14 +244,10 @@ def report(summary: dict) -> list[str]:
 
 
 def plot_all(
-  cfg: Config,
-  history: list[dict],
-  steps: list[int],
-  matrices: dict,
-  seeds: list[dict],
-  figures: str,
+  cfg: Config, history: list[dict], sims: dict, seeds: list[dict], figures: str
 ) -> list[str]:
   """Writes the three figures into the folder ``figures``; returns their paths."""
+  steps = sims["steps"]
   plt, s0, path = plotting.plt, seeds[0], lambda name: os.path.join(figures, name)
   phases = [(s0["memorised_step"], "memorised"), (s0["generalised_step"], "generalised")]
   fig, ax = plt.subplots(figsize=(7, 4))
@@ -277,13 +273,13 @@ def plot_all(
   written = [plotting.save(fig, path("grokking_accuracy.png"))]
 
   order = f"{len(steps)} checkpoints in order, step 0 → {steps[-1]}"
-  panels = [(f"{LABELS[m]}\n{order}", matrices[f"seed0/{m}"]) for m in MEASURES]
+  panels = [(f"{LABELS[m]}\n{order}", sims[f"seed0/{m}"]) for m in MEASURES]
   written.append(
     plotting.matrices_figure(panels, path("grokking_similarity_matrices.png"), vmax=1.0)
   )
 
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  t, lc = matrices["seed0/tensor"], matrices["seed0/logit_cosine"]
+  t, lc = sims["seed0/tensor"], sims["seed0/logit_cosine"]
   i, j = np.triu_indices(len(steps), k=1)
   axes[0].scatter(lc[i, j], t[i, j], s=4, alpha=0.5)
   axes[0].plot([lc.min(), 1], [lc.min(), 1], "k:", lw=0.8)
@@ -292,7 +288,7 @@ def plot_all(
   r = s0["pearson_r_vs_logit_cosine"]["tensor"]
   axes[0].set_title(f"all checkpoint pairs: Pearson r = {r:.3f}")
   for m in MEASURES:
-    axes[1].plot(steps, matrices[f"seed0/{m}"][:, -1], label=LABELS[m])
+    axes[1].plot(steps, sims[f"seed0/{m}"][:, -1], label=LABELS[m])
   for step, _ in phases:
     if step is not None:
       axes[1].axvline(step, color="k", ls="--", lw=0.8)
