@@ -8,8 +8,10 @@ Example::
     s = similarity.tensor_similarity(
         bilinear.to_layers(net, params_a), bilinear.to_layers(net, params_b)
     )
+    mats = similarity.checkpoints.matrices(net, [params_a, params_b, params_c], x)  # (3, 3) each
 """
 
+from mechjax.similarity import checkpoints
 from mechjax.similarity.representational import linear_cka
 from mechjax.similarity.representational import mean_cca
 from mechjax.similarity.representational import participation_ratio
@@ -32,6 +34,7 @@ from mechjax.similarity.tensor import weight_cosine
 
 __all__ = [
   "brute_force_inner",
+  "checkpoints",
   "cka_matrix",
   "cosine_matrix",
   "fold_single_bilinear",

@@ -41,9 +41,16 @@ from mechjax.models.mlp import ACTIVATIONS
 from mechjax.models.mlp import TwoLayer
 from mechjax.studies import frame
 from mechjax.train import loop
+from mechjax.train import metrics
 
 TASKS = ("amplitude", "linear_process", "spiked_principal", "spiked_isotropic")
 PHASE_TASKS = TASKS[1:]
+SPIKED_TASKS = TASKS[2:]
+TEST_SETS = {  # the accuracies evaluated, by the test set they are on
+  "test_acc": "clean test set",
+  "scrambled_acc": "phase-scrambled (amplitudes only)",
+  "whitened_acc": "amplitude-whitened (phases only)",
+}
 
 
 NAME = "fourier_phase"
@@ -122,42 +129,25 @@ class Config(config.Settings):
 class Condition:
   run: str
   task: str
-  alpha: float | None  # None for the amplitude task (its exponents: Config.amplitude_alphas)
+  alpha: float | None  # None for the amplitude task (its two are Config.amplitude_alphas)
 
 
 def conditions(cfg: Config) -> list[Condition]:
-  """One per task and alpha; the Config's checks (distinct tasks, alphas distinct to 6 significant
-  digits) make their run names distinct."""
+  """One run per phase task and alpha, one for the amplitude task; their names are distinct, as
+  ``Config`` refuses repeated tasks and alphas equal to 6 significant digits."""
   out = []
   for task in cfg.tasks:
     if task == "amplitude":
       a0, a1 = cfg.amplitude_alphas
       out.append(Condition(f"amplitude_alpha{a0:g}_vs_{a1:g}", task, None))
     else:
-      out.extend(Condition(f"{task}_alpha{a:g}", task, float(a)) for a in cfg.alphas)
+      out.extend(Condition(f"{task}_alpha{a:g}", task, a) for a in cfg.alphas)
   return out
-
-
-def is_spiked(cond: Condition) -> bool:
-  return cond.task.startswith("spiked_")
 
 
 def num_spikes(cfg: Config, cond: Condition) -> int:
   """Teacher spikes of a condition: ``cfg.num_spikes`` for the spiked tasks, else 1."""
-  return cfg.num_spikes if is_spiked(cond) else 1
-
-
-def spikes(cfg: Config, cond: Condition) -> jax.Array:
-  """``(num_spikes, *shape)``: spike ``j`` is the stream ``("spike", j)`` of ``--seed`` (not any
-  seed's training key), drawn for the condition's alpha; spike ``j`` at every alpha colours the same
-  white draw, so conditions can be compared spike by spike."""
-  kind = cond.task.removeprefix("spiked_")
-  return jnp.stack(
-    [
-      fourier.make_spike(rng.key(cfg.run.seed, "spike", j), cfg.shape, cond.alpha, kind)
-      for j in range(cfg.num_spikes)
-    ]
-  )
+  return cfg.num_spikes if cond.task in SPIKED_TASKS else 1
 
 
 def member_keys(cfg: Config, cond: Condition) -> jax.Array:
@@ -167,10 +157,17 @@ def member_keys(cfg: Config, cond: Condition) -> jax.Array:
 
 
 def member_data(cfg: Config, cond: Condition):
-  """Each member's spike, ``{"u": (members, *shape)}``, for the spiked tasks; None otherwise."""
-  if not is_spiked(cond):
+  """Each member's spike, ``{"u": (members, *shape)}``, for the spiked tasks; None otherwise.
+
+  Spike ``j`` is the stream ``("spike", j)`` of ``--seed`` (not any seed's training key), drawn
+  for the condition's alpha; spike ``j`` at every alpha colours the same white draw, so conditions
+  can be compared spike by spike."""
+  if cond.task not in SPIKED_TASKS:
     return None
-  return {"u": jnp.repeat(spikes(cfg, cond), cfg.run.num_seeds, axis=0)}
+  kind = cond.task.removeprefix("spiked_")
+  keys = [rng.key(cfg.run.seed, "spike", j) for j in range(cfg.num_spikes)]
+  spikes = jnp.stack([fourier.make_spike(k, cfg.shape, cond.alpha, kind) for k in keys])
+  return {"u": jnp.repeat(spikes, cfg.run.num_seeds, axis=0)}
 
 
 def make_sampler(cfg: Config, cond: Condition):
@@ -180,10 +177,10 @@ def make_sampler(cfg: Config, cond: Condition):
     a0, a1 = cfg.amplitude_alphas
     task = functools.partial(fourier.sample_amplitude_task, shape=cfg.shape, alpha0=a0, alpha1=a1)
     return lambda key, n, member: task(key, n)
-  task = functools.partial(fourier.sample_phase_task, shape=cfg.shape, alpha=cond.alpha)
+  phase = functools.partial(fourier.sample_phase_task, shape=cfg.shape, alpha=cond.alpha)
   if cond.task == "linear_process":
-    return lambda key, n, member: task(key, n, signal="linear_process", noise=cfg.noise)
-  return lambda key, n, member: task(
+    return lambda key, n, member: phase(key, n, signal="linear_process", noise=cfg.noise)
+  return lambda key, n, member: phase(
     key, n, signal="spiked_cumulant", strength=cfg.beta, u=member["u"]
   )
 
@@ -195,50 +192,40 @@ def make_problem(cfg: Config, cond: Condition) -> loop.Problem:
   sample = make_sampler(cfg, cond)
   ndim = len(cfg.shape)
 
-  def init(key):
-    return model.init(key, jnp.zeros((1, *cfg.shape)))
-
   def loss(params, key, member=None):
     x, y = sample(key, cfg.batch_size, member)
-    logits = model.apply(params, x)
-    return jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)), {}
+    return jnp.mean(optax.sigmoid_binary_cross_entropy(model.apply(params, x), y)), {}
 
   def evaluate(params, key, member=None):
     k_data, k_scramble = jax.random.split(key)
     x, y = sample(k_data, cfg.eval_samples, member)
     acc = lambda inputs: jnp.mean((model.apply(params, inputs) > 0) == (y == 1))
-    logits = model.apply(params, x)
     return {
-      "test_loss": jnp.mean(optax.sigmoid_binary_cross_entropy(logits, y)),
-      "test_acc": jnp.mean((logits > 0) == (y == 1)),
+      "test_loss": jnp.mean(optax.sigmoid_binary_cross_entropy(model.apply(params, x), y)),
+      "test_acc": acc(x),
       "scrambled_acc": acc(fourier.phase_scramble(k_scramble, x, ndim=ndim)),
       "whitened_acc": acc(fourier.whiten_amplitudes(x, ndim=ndim)),
     }
 
-  return loop.Problem(init=init, loss=loss, evaluate=evaluate)
-
-
-def samples_to_accuracy(
-  history: list[dict], target: float, batch_size: int, members: slice = slice(None)
-) -> int | None:
-  """Samples (steps × batch) at the first logged step where the mean test accuracy of ``members``
-  (all of them by default) reaches ``target``."""
-  for row in history:
-    if np.mean(np.asarray(row["test_acc"])[members]) >= target:
-      return int(row["step"]) * batch_size
-  return None
+  return loop.Problem(lambda key: model.init(key, jnp.zeros((1, *cfg.shape))), loss, evaluate)
 
 
 def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> dict:
   """The condition's numbers over all its members, and, for the spiked tasks, per spike with their
-  spread over spikes."""
+  spread over spikes. ``samples_to_target``: samples (steps × batch) at the first logged step where
+  the members' mean test accuracy reaches the target."""
+
+  def samples_to_target(members=slice(None)) -> int | None:
+    step = metrics.first_step(history, "test_acc", cfg.target_accuracy, members)
+    return None if step is None else step * cfg.batch_size
+
   last = history[-1]
   final = np.asarray(last["test_acc"])
   out = {
     "task": cond.task,
     "alpha": cond.alpha,
     "num_spikes": num_spikes(cfg, cond),
-    "samples_to_target": samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size),
+    "samples_to_target": samples_to_target(),
     "final_test_acc_mean": final.mean(),
     "final_test_acc_sd": final.std(),
     "final_scrambled_acc_mean": np.mean(last["scrambled_acc"]),
@@ -246,13 +233,11 @@ def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> di
     "steps": last["step"],
     "samples": last["step"] * cfg.batch_size,
   }
-  if is_spiked(cond):
+  if cond.task in SPIKED_TASKS:
     k = cfg.run.num_seeds
     per_spike = [slice(j * k, (j + 1) * k) for j in range(cfg.num_spikes)]
     acc = np.array([final[m].mean() for m in per_spike])
-    reached = [
-      samples_to_accuracy(history, cfg.target_accuracy, cfg.batch_size, m) for m in per_spike
-    ]
+    reached = [samples_to_target(m) for m in per_spike]
     out["per_spike"] = {"final_test_acc_mean": acc, "samples_to_target": reached}
     out["spread_over_spikes"] = {
       "final_test_acc_min": acc.min(),
@@ -263,29 +248,23 @@ def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> di
   return out
 
 
-def spike_gains(summary: dict) -> dict:
-  """For each spiked task and each alpha > 0: the per-spike final accuracy minus that spike's at
-  alpha 0 (paired by spike), and the per-spike ratio of samples to the target where both reached
-  it. Empty for tasks without an alpha-0 condition."""
+def spike_gains(conds: dict[str, dict]) -> dict:
+  """For each spiked condition with alpha > 0 whose task also ran at alpha 0: the per-spike final
+  accuracy minus that spike's at alpha 0 (paired by spike), and the per-spike ratio of samples to
+  the target where both reached it."""
   out = {}
-  conds = summary["conditions"]
-  alpha0 = {
-    c["task"]: c["per_spike"] for c in conds.values() if "per_spike" in c and c["alpha"] == 0
-  }
   for name, c in conds.items():
-    base = alpha0.get(c["task"])
-    if "per_spike" not in c or not c["alpha"] or base is None:
+    base = [b for b in conds.values() if b["task"] == c["task"] and b["alpha"] == 0]
+    if "per_spike" not in c or not c["alpha"] or not base:
       continue
-    gain = np.array(c["per_spike"]["final_test_acc_mean"]) - np.array(base["final_test_acc_mean"])
-    ratios = [
-      None if (b is None or f is None or f == 0) else b / f
-      for b, f in zip(base["samples_to_target"], c["per_spike"]["samples_to_target"])
-    ]
+    base, mine = base[0]["per_spike"], c["per_spike"]
+    gain = mine["final_test_acc_mean"] - base["final_test_acc_mean"]
+    pairs = zip(base["samples_to_target"], mine["samples_to_target"])
     out[name] = {
       "accuracy_gain_per_spike": gain,
       "accuracy_gain_min": gain.min(),
       "accuracy_gain_max": gain.max(),
-      "speedup_to_target_per_spike": ratios,
+      "speedup_to_target_per_spike": [None if b is None or not f else b / f for b, f in pairs],
     }
   return out
 
@@ -298,18 +277,22 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   optimizer = optax.sgd(cfg.learning_rate)
   conds = conditions(cfg)
   ctx.plan(len(conds), "condition")
+  summarize = lambda r: (
+    f"loss {np.mean(r['train_loss']):.4f} | test acc {np.mean(r['test_acc']):.3f} "
+    f"(scrambled {np.mean(r['scrambled_acc']):.3f}, whitened {np.mean(r['whitened_acc']):.3f})"
+  )
   for cond in conds:
     result = ctx.train(
       cond.run,
       make_problem(cfg, cond),
       optimizer,
-      summarize=_progress_text,
+      summarize=summarize,
       keys=member_keys(cfg, cond),
       member_data=member_data(cfg, cond),
     )
     histories[cond.run] = result.history
     summary["conditions"][cond.run] = summarize_condition(cfg, cond, result.history)
-  summary["spike_gains_vs_alpha0"] = spike_gains(summary)
+  summary["spike_gains_vs_alpha0"] = spike_gains(summary["conditions"])
   return frame.Outputs(
     summary, figures=lambda folder: plot_all(cfg, histories, folder), captions=captions(cfg)
   )
@@ -350,77 +333,42 @@ def report(summary: dict) -> list[str]:
   return lines
 
 
-def _progress_text(row: dict) -> str:
-  return (
-    f"loss {np.mean(row['train_loss']):.4f} | test acc {np.mean(row['test_acc']):.3f} "
-    f"(scrambled {np.mean(row['scrambled_acc']):.3f}, whitened {np.mean(row['whitened_acc']):.3f})"
-  )
-
-
 def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> list[str]:
   """Writes the study's figures into the folder ``figures``; returns their paths."""
-  conds = conditions(cfg)
-  by_task = {t: [c for c in conds if c.task == t] for t in cfg.tasks}
-  # Each task at its most favourable alpha (the amplitude task has one condition).
-  best = {
-    t: max(cs, key=lambda c: np.mean(histories[c.run][-1]["test_acc"])) for t, cs in by_task.items()
-  }
-  written = []
+  by_task = {t: [c for c in conditions(cfg) if c.task == t] for t in cfg.tasks}
+  # Each task's condition shown alone: the amplitude task's one, a phase task's best alpha.
+  final = lambda c: np.mean(histories[c.run][-1]["test_acc"])
+  shown = {t: max(cs, key=final) for t, cs in by_task.items()}
+  path = lambda name: os.path.join(figures, name)
 
   def curve(cond, key="test_acc", label=None):
     h = histories[cond.run]
     samples = np.array([r["step"] for r in h]) * cfg.batch_size
     return plotting.Curve(samples, np.array([r[key] for r in h], dtype=float), label or cond.run)
 
-  # 1. Amplitude vs phase: the amplitude task against each phase task at its most favourable alpha.
+  accuracy = dict(ylabel="test accuracy", target=cfg.target_accuracy)
   amp_vs_phase = [
     curve(c, label="amplitude task" if t == "amplitude" else f"{t} (alpha={c.alpha:g})")
-    for t, c in best.items()
+    for t, c in shown.items()
   ]
-  written.append(
+  written = [
     plotting.curves_figure(
       [("amplitude vs. phase information", amp_vs_phase)],
-      os.path.join(figures, "amplitude_vs_phase.png"),
-      ylabel="test accuracy",
-      target=cfg.target_accuracy,
+      path("amplitude_vs_phase.png"),
+      **accuracy,
     )
-  )
-
-  # 2. Phase-task accuracy vs samples for each alpha: both regimes of the power-law effect side by
-  #    side.
+  ]
+  # Phase-task accuracy for each alpha: both regimes of the power-law effect side by side.
   panels = [
-    (task, [curve(c, label=f"alpha={c.alpha:g}") for c in by_task[task]])
-    for task in PHASE_TASKS
-    if by_task.get(task)
+    (t, [curve(c, label=f"alpha={c.alpha:g}") for c in by_task[t]])
+    for t in PHASE_TASKS
+    if t in by_task
   ]
   if panels:
-    written.append(
-      plotting.curves_figure(
-        panels,
-        os.path.join(figures, "phase_vs_alpha.png"),
-        ylabel="test accuracy",
-        target=cfg.target_accuracy,
-      )
-    )
-
-  # 3. Which information the network uses: clean vs phase-scrambled vs amplitude-whitened test sets.
-  info_panels = [
-    (
-      c.run,
-      [
-        curve(c, "test_acc", "clean test set"),
-        curve(c, "scrambled_acc", "phase-scrambled (amplitudes only)"),
-        curve(c, "whitened_acc", "amplitude-whitened (phases only)"),
-      ],
-    )
-    for c in best.values()
+    written.append(plotting.curves_figure(panels, path("phase_vs_alpha.png"), **accuracy))
+  # Which information the network uses: clean vs phase-scrambled vs amplitude-whitened test sets.
+  info = [
+    (c.run, [curve(c, key, label) for key, label in TEST_SETS.items()]) for c in shown.values()
   ]
-  written.append(
-    plotting.curves_figure(
-      info_panels,
-      os.path.join(figures, "information_used.png"),
-      ylabel="test accuracy",
-      target=None,
-    )
-  )
+  written.append(plotting.curves_figure(info, path("information_used.png"), ylabel="test accuracy"))
   return written

@@ -1,18 +1,15 @@
 """Tensor similarity across grokking: does the weight-space measure track behaviour through a phase
 change?
 
-Modular addition ``(a + b) mod P`` with one-hot inputs ``[e_a; e_b] ∈ ℝ^{2P}``, learned by
-``Bilinear(2P → hidden, no bias, no projection) → Linear(hidden → P)``, the setting of Cohen et al.
-(2026, arXiv:2605.15183, §grokking), itself after Nanda et al. (2023). AdamW with strong weight
-decay on a 30% training split memorises first and generalises much later.
+Modular addition ``(a + b) mod P`` (:mod:`mechjax.data.modular`) with one-hot inputs ``[e_a; e_b]
+∈ ℝ^{2P}``, learned by ``Bilinear(2P → hidden, no bias, no projection) → Linear(hidden → P)``, the
+setting of Cohen et al. (2026, arXiv:2605.15183, §grokking), itself after Nanda et al. (2023). AdamW
+with strong weight decay on a 30% training split memorises first and generalises much later.
 
 Checkpoints are saved on a power schedule ``t_k = round(steps · (k/K)^power)`` (denser early, where
-the weights move fastest), plus the initialisation. Between every pair of checkpoints of a seed:
-
-* **tensor similarity** of the two networks (:func:`mechjax.similarity.tensor.similarity_matrix`);
-* **logit cosine**: the cosine between their logits on all ``P²`` inputs, flattened (behaviour);
-* **weight cosine**: the cosine between their flattened parameters (naive, basis-dependent);
-* **CKA**: linear CKA of the hidden products ``(Lx) ⊙ (Rx)`` on all ``P²`` inputs.
+the weights move fastest; :func:`mechjax.train.loop.power_schedule`), plus the initialisation. Every
+pair of checkpoints of a seed is compared by tensor similarity, logit cosine, weight cosine and CKA
+of the hidden products on all ``P²`` inputs (:mod:`mechjax.similarity.checkpoints`).
 
 The headline is the Pearson r between tensor similarity and logit cosine over all checkpoint pairs
 (``i < j``); the paper reports 0.998. Phases are read off the logged accuracies: *memorisation* ends
@@ -33,19 +30,21 @@ import optax
 
 from mechjax import config
 from mechjax import plotting
+from mechjax.data import modular
 from mechjax.models import bilinear as bl
-from mechjax.similarity import tensor as ts
+from mechjax.similarity import checkpoints
 from mechjax.studies import frame
 from mechjax.train import loop
+from mechjax.train import metrics
 
 RUN = "grokking"
-MEASURES = ("tensor", "logit_cosine", "weight_cosine", "cka")
 LABELS = {
   "tensor": "tensor similarity",
   "logit_cosine": "logit cosine (all P² inputs)",
   "weight_cosine": "weight cosine",
   "cka": "CKA of hidden products",
 }
+MEASURES = tuple(LABELS)  # mechjax.similarity.checkpoints.MEASURES
 THRESHOLD = 0.99
 
 
@@ -93,24 +92,6 @@ def model_of(cfg: Config) -> nn.Module:
   return nn.Sequential([bl.Bilinear(cfg.hidden, project=False), bl.Linear(cfg.p)])
 
 
-def split(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
-  """Indices ``a·P + b`` of the training and test pairs (a fixed split, drawn from ``--seed``)."""
-  perm = np.random.default_rng(cfg.run.seed).permutation(cfg.p**2)
-  n_train = int(round(cfg.train_fraction * cfg.p**2))
-  if not 0 < n_train < cfg.p**2:
-    raise ValueError(
-      f"train_fraction {cfg.train_fraction} leaves an empty training or test set for P = {cfg.p}"
-    )
-  return np.sort(perm[:n_train]), np.sort(perm[n_train:])
-
-
-def inputs(p: int, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """One-hot ``[e_a; e_b]`` and the label ``(a + b) mod P`` of pair indices ``idx = a·P + b``."""
-  a, b = idx // p, idx % p
-  x = jnp.concatenate([jax.nn.one_hot(a, p), jax.nn.one_hot(b, p)], axis=-1)
-  return x, (a + b) % p
-
-
 def _ce_acc(logits, y):
   ce = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
   return ce, jnp.mean(jnp.argmax(logits, -1) == y)
@@ -118,14 +99,11 @@ def _ce_acc(logits, y):
 
 def make_problem(cfg: Config) -> loop.Problem:
   model = model_of(cfg)
-  train_idx, test_idx = (jnp.asarray(i) for i in split(cfg))
-
-  def init(key):
-    return model.init(key, jnp.zeros((1, 2 * cfg.p)))
+  train_idx, test_idx = map(jnp.asarray, modular.split(cfg.p, cfg.train_fraction, cfg.run.seed))
 
   def loss(params, key):
     idx = train_idx[jax.random.randint(key, (cfg.batch_size,), 0, train_idx.shape[0])]
-    x, y = inputs(cfg.p, idx)
+    x, y = modular.pairs(cfg.p, idx)
     ce, acc = _ce_acc(model.apply(params, x), y)
     return ce, {"acc": acc}
 
@@ -133,11 +111,11 @@ def make_problem(cfg: Config) -> loop.Problem:
     del key
     out = {}
     for name, idx in (("train", train_idx), ("test", test_idx)):
-      x, y = inputs(cfg.p, idx)
+      x, y = modular.pairs(cfg.p, idx)
       out[f"{name}_loss"], out[f"{name}_acc"] = _ce_acc(model.apply(params, x), y)
     return out
 
-  return loop.Problem(init=init, loss=loss, evaluate=evaluate)
+  return loop.Problem(lambda key: model.init(key, jnp.zeros((1, 2 * cfg.p))), loss, evaluate)
 
 
 def make_optimizer(cfg: Config) -> optax.GradientTransformation:
@@ -155,59 +133,12 @@ def members(cfg: Config) -> list[dict]:
   ``weight_decays`` every value trains the same ``num_seeds`` seeds (paired), all in one vmapped
   program."""
   wds = cfg.weight_decays or (cfg.weight_decay,)
-  return [{"seed": s, "weight_decay": float(wd)} for wd in wds for s in range(cfg.run.num_seeds)]
-
-
-def checkpoint_schedule(steps: int, num: int, power: float) -> list[int]:
-  """``round(steps · (k/num)^power)`` for ``k = 1..num``, deduplicated (always ends at
-  ``steps``)."""
-  ks = np.arange(1, num + 1) / num
-  return sorted({max(1, int(round(steps * k**power))) for k in ks})
-
-
-def first_step(
-  history: list[dict], key: str, seed: int, threshold: float = THRESHOLD
-) -> int | None:
-  for row in history:
-    if np.asarray(row[key])[seed] >= threshold:
-      return int(row["step"])
-  return None
-
-
-def analyze_seed(cfg: Config, params_by_step: dict[int, dict], seed: int) -> dict[str, np.ndarray]:
-  """The four ``(K, K)`` similarity matrices between the checkpoints of one seed."""
-  model = model_of(cfg)
-  steps = sorted(params_by_step)
-  params = [jax.tree.map(lambda a: a[seed], params_by_step[s]) for s in steps]
-  nets = [bl.to_layers(model, p) for p in params]
-  all_x, _ = inputs(cfg.p, jnp.arange(cfg.p**2))
-  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *params)
-  logits = jax.jit(jax.vmap(lambda p: model.apply(p, all_x)))(stacked)
-  first = model.layers[0]
-  hidden = jax.jit(
-    jax.vmap(
-      lambda p: first.apply(
-        {"params": p["params"]["layers_0"]}, all_x, method=bl.Bilinear.hidden_activations
-      )
-    )
-  )(stacked)
-  flat = jnp.stack([jnp.concatenate([jnp.ravel(v) for v in jax.tree.leaves(p)]) for p in params])
-  return {
-    "tensor": ts.similarity_matrix(nets),
-    "logit_cosine": ts.cosine_matrix(logits),
-    "weight_cosine": ts.cosine_matrix(flat),
-    "cka": ts.cka_matrix(hidden),
-  }
+  return [{"seed": s, "weight_decay": wd} for wd in wds for s in range(cfg.run.num_seeds)]
 
 
 def _mean_or_none(xs):
   """The mean, or None when any value is None (e.g. a member that never generalised)."""
-  return None if any(x is None for x in xs) else float(np.mean(xs))
-
-
-def pearson_upper(a: np.ndarray, b: np.ndarray) -> float:
-  i, j = np.triu_indices(a.shape[0], k=1)
-  return float(np.corrcoef(a[i, j], b[i, j])[0, 1])
+  return None if any(x is None for x in xs) else np.mean(xs)
 
 
 @frame.study
@@ -220,7 +151,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   )
   problem, optimizer = make_problem(cfg), make_optimizer(cfg)
   hyperparams = {"weight_decay": [m["weight_decay"] for m in who]} if cfg.weight_decays else None
-  schedule = checkpoint_schedule(cfg.run.steps, cfg.num_checkpoints, cfg.checkpoint_power)
+  schedule = loop.power_schedule(cfg.run.steps, cfg.num_checkpoints, cfg.checkpoint_power)
   summarize = lambda r: (
     f"loss {np.mean(r['train_loss']):.3f} | train acc {np.mean(r['train_acc']):.3f} "
     f"| test acc {np.mean(r['test_acc']):.3f}"
@@ -240,56 +171,48 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   params_by_step[0] = jax.vmap(lambda k: loop.init_state(problem, optimizer, k)["params"])(keys)
   steps = sorted(params_by_step)
   ctx.log(f"comparing {len(steps)} checkpoints pairwise ({len(who)} network(s))")
-  history = result.history
-  seeds, matrices = [], {}
+  history, final = result.history, result.history[-1]
+  all_x, _ = modular.pairs(cfg.p, jnp.arange(cfg.p**2))
+  seeds, sims = [], {"steps": np.array(steps)}  # sims: similarity.npz
   for s, member in enumerate(who):
-    mats = analyze_seed(cfg, params_by_step, s)
-    matrices.update({f"seed{s}/{k}": v for k, v in mats.items()})
-    final = history[-1]
+    params = [jax.tree.map(lambda a: a[s], params_by_step[t]) for t in steps]
+    mats = checkpoints.matrices(model_of(cfg), params, all_x)
+    sims.update({f"seed{s}/{k}": v for k, v in mats.items()})
     seeds.append(
       {
         **member,
-        "memorised_step": first_step(history, "train_acc", s),
-        "generalised_step": first_step(history, "test_acc", s),
-        "test_acc_half_step": first_step(history, "test_acc", s, 0.5),
-        "final_train_acc": float(np.asarray(final["train_acc"])[s]),
-        "final_test_acc": float(np.asarray(final["test_acc"])[s]),
+        "memorised_step": metrics.first_step(history, "train_acc", THRESHOLD, s),
+        "generalised_step": metrics.first_step(history, "test_acc", THRESHOLD, s),
+        "test_acc_half_step": metrics.first_step(history, "test_acc", 0.5, s),
+        "final_train_acc": final["train_acc"][s],
+        "final_test_acc": final["test_acc"][s],
         "pearson_r_vs_logit_cosine": {
-          m: pearson_upper(mats[m], mats["logit_cosine"]) for m in MEASURES if m != "logit_cosine"
+          m: checkpoints.upper_pearson(mats[m], mats["logit_cosine"])
+          for m in MEASURES
+          if m != "logit_cosine"
         },
-        "similarity_init_to_final": {m: float(mats[m][0, -1]) for m in MEASURES},
+        "similarity_init_to_final": {m: mats[m][0, -1] for m in MEASURES},
       }
     )
+  r_tensor = lambda group: np.mean([s["pearson_r_vs_logit_cosine"]["tensor"] for s in group])
   summary = {
     "checkpoint_steps": steps,
     "seeds": seeds,
-    "pearson_r_tensor_vs_logit_cosine": float(
-      np.mean([s["pearson_r_vs_logit_cosine"]["tensor"] for s in seeds])
-    ),
+    "pearson_r_tensor_vs_logit_cosine": r_tensor(seeds),
   }
   if cfg.weight_decays:
-    summary["by_weight_decay"] = {
-      str(wd): {
-        key: _mean_or_none([s[key] for s in seeds if s["weight_decay"] == float(wd)])
-        for key in ("generalised_step", "final_test_acc")
+    summary["by_weight_decay"] = {}
+    for wd in cfg.weight_decays:
+      group = [s for s in seeds if s["weight_decay"] == wd]
+      summary["by_weight_decay"][str(wd)] = {
+        "generalised_step": _mean_or_none([s["generalised_step"] for s in group]),
+        "final_test_acc": _mean_or_none([s["final_test_acc"] for s in group]),
+        "pearson_r_tensor_vs_logit_cosine": r_tensor(group),
       }
-      | {
-        "pearson_r_tensor_vs_logit_cosine": float(
-          np.mean(
-            [
-              s["pearson_r_vs_logit_cosine"]["tensor"]
-              for s in seeds
-              if s["weight_decay"] == float(wd)
-            ]
-          )
-        )
-      }
-      for wd in cfg.weight_decays
-    }
   return frame.Outputs(
     summary,
-    figures=lambda folder: plot_all(cfg, history, steps, matrices, seeds, folder),
-    files={"similarity.npz": {"steps": np.array(steps), **matrices}},
+    figures=lambda folder: plot_all(cfg, history, sims, seeds, folder),
+    files={"similarity.npz": sims},
     captions={
       "grokking_accuracy.png": "Train and test accuracy during training, seed 0 solid and the "
       "other seeds faint; dashed lines mark seed 0's memorised and generalised steps, ticks the "
@@ -310,10 +233,8 @@ def report(summary: dict) -> list[str]:
     r = s["pearson_r_vs_logit_cosine"]
     lines.append(
       f"seed {s['seed']} (weight decay {s['weight_decay']:g}): train acc "
-      f"{s['final_train_acc']:.3f}, test "
-      f"acc {s['final_test_acc']:.3f}; memorised at step {s['memorised_step']}, generalised at "
-      "step "
-      f"{s['generalised_step']}"
+      f"{s['final_train_acc']:.3f}, test acc {s['final_test_acc']:.3f}; memorised at step "
+      f"{s['memorised_step']}, generalised at step {s['generalised_step']}"
     )
     lines.append(
       f"  Pearson r with logit cosine over {len(summary['checkpoint_steps'])} checkpoints: tensor "
@@ -323,29 +244,20 @@ def report(summary: dict) -> list[str]:
 
 
 def plot_all(
-  cfg: Config,
-  history: list[dict],
-  steps: list[int],
-  matrices: dict,
-  seeds: list[dict],
-  figures: str,
+  cfg: Config, history: list[dict], sims: dict, seeds: list[dict], figures: str
 ) -> list[str]:
-  plt = plotting.plt
-  written = []
-  s0 = seeds[0]
-  x = np.array([r["step"] for r in history])
+  """Writes the three figures into the folder ``figures``; returns their paths."""
+  steps = sims["steps"]
+  plt, s0, path = plotting.plt, seeds[0], lambda name: os.path.join(figures, name)
+  phases = [(s0["memorised_step"], "memorised"), (s0["generalised_step"], "generalised")]
   fig, ax = plt.subplots(figsize=(7, 4))
+  x = [r["step"] for r in history]
   for key, colour in (("train_acc", "C0"), ("test_acc", "C1")):
-    ys = np.array([np.asarray(r[key]) for r in history])
+    ys = np.array([r[key] for r in history])
     for s in range(ys.shape[1]):
-      ax.plot(
-        x,
-        ys[:, s],
-        color=colour,
-        alpha=0.9 if s == 0 else 0.4,
-        label=key.replace("_acc", " accuracy") if s == 0 else None,
-      )
-  for step, label in ((s0["memorised_step"], "memorised"), (s0["generalised_step"], "generalised")):
+      label = None if s else key.replace("_acc", " accuracy")
+      ax.plot(x, ys[:, s], color=colour, alpha=0.4 if s else 0.9, label=label)
+  for step, label in phases:
     if step is not None:
       ax.axvline(step, color="k", ls="--", lw=0.8)
       ax.text(step, 0.55, f"{label} \nstep {step} ", fontsize=8, ha="right")
@@ -358,41 +270,29 @@ def plot_all(
     fontsize=10,
   )
   ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.08), fontsize=8)
-  fig.tight_layout()
-  path = os.path.join(figures, "grokking_accuracy.png")
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  written.append(path)
+  written = [plotting.save(fig, path("grokking_accuracy.png"))]
 
   order = f"{len(steps)} checkpoints in order, step 0 → {steps[-1]}"
-  panels = [(f"{LABELS[m]}\n{order}", matrices[f"seed0/{m}"]) for m in MEASURES]
+  panels = [(f"{LABELS[m]}\n{order}", sims[f"seed0/{m}"]) for m in MEASURES]
   written.append(
-    plotting.matrices_figure(
-      panels, os.path.join(figures, "grokking_similarity_matrices.png"), vmax=1.0
-    )
+    plotting.matrices_figure(panels, path("grokking_similarity_matrices.png"), vmax=1.0)
   )
 
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  t, lc = matrices["seed0/tensor"], matrices["seed0/logit_cosine"]
+  t, lc = sims["seed0/tensor"], sims["seed0/logit_cosine"]
   i, j = np.triu_indices(len(steps), k=1)
   axes[0].scatter(lc[i, j], t[i, j], s=4, alpha=0.5)
   axes[0].plot([lc.min(), 1], [lc.min(), 1], "k:", lw=0.8)
   axes[0].set_xlabel("logit cosine")
   axes[0].set_ylabel("tensor similarity")
-  axes[0].set_title(
-    f"all checkpoint pairs: Pearson r = {s0['pearson_r_vs_logit_cosine']['tensor']:.3f}"
-  )
+  r = s0["pearson_r_vs_logit_cosine"]["tensor"]
+  axes[0].set_title(f"all checkpoint pairs: Pearson r = {r:.3f}")
   for m in MEASURES:
-    axes[1].plot(steps, matrices[f"seed0/{m}"][:, -1], label=LABELS[m])
-  for step in (s0["memorised_step"], s0["generalised_step"]):
+    axes[1].plot(steps, sims[f"seed0/{m}"][:, -1], label=LABELS[m])
+  for step, _ in phases:
     if step is not None:
       axes[1].axvline(step, color="k", ls="--", lw=0.8)
   axes[1].set_xlabel("checkpoint step")
   axes[1].set_ylabel("similarity to the final checkpoint")
   axes[1].legend(fontsize=8)
-  fig.tight_layout()
-  path = os.path.join(figures, "grokking_tensor_vs_logit.png")
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  written.append(path)
-  return written
+  return [*written, plotting.save(fig, path("grokking_tensor_vs_logit.png"))]

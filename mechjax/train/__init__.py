@@ -15,6 +15,7 @@ from mechjax.train.loop import TrainResult
 from mechjax.train.loop import checkpoint_params
 from mechjax.train.loop import init_state
 from mechjax.train.loop import make_train_step
+from mechjax.train.loop import power_schedule
 from mechjax.train.loop import seed_keys
 from mechjax.train.loop import train
 from mechjax.train.metrics import MetricsWriter
@@ -32,6 +33,7 @@ __all__ = [
   "checkpoint_params",
   "init_state",
   "make_train_step",
+  "power_schedule",
   "prepare",
   "read_jsonl",
   "seed_keys",

@@ -519,6 +519,20 @@ def binary_pieces(n: int, cap: int) -> list[int]:
   return pieces
 
 
+def power_schedule(steps: int, num: int, power: float) -> list[int]:
+  """Checkpoint steps packed early, where the weights move fastest: ``round(steps · (k/num)^power)``
+  for ``k = 1..num``, deduplicated and never step 0. Pass them as :func:`train`'s
+  ``checkpoint_steps``, with ``binary_chunks=True`` (their gaps are irregular).
+
+  Args:
+    steps: the run's length, the last checkpoint.
+    num: checkpoints before deduplication.
+    power: ``> 1`` packs them early; ``1`` spaces them evenly.
+  """
+  ks = np.arange(1, num + 1) / num
+  return sorted({max(1, int(round(steps * k**power))) for k in ks})
+
+
 def first_nonfinite(values_SxT: np.ndarray) -> tuple[int, int] | None:
   """``(row, column)`` of the earliest (smallest column) non-finite entry of a per-seed or per-chain
   trace."""

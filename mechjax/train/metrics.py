@@ -66,6 +66,17 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
   return rows
 
 
+def first_step(
+  history: list[dict], key: str, threshold: float, members: int | slice = slice(None)
+) -> int | None:
+  """The first logged step of ``history`` (a run's metrics rows) at which ``key``, averaged over
+  ``members`` (an index or a slice of the seed axis; all seeds by default), reaches ``threshold``;
+  None if it never does."""
+  return next(
+    (r["step"] for r in history if np.mean(np.asarray(r[key])[members]) >= threshold), None
+  )
+
+
 class MetricsWriter:
   """Appends the lines of one run to a shared ``metrics.jsonl``.
 

@@ -1,51 +1,16 @@
-"""The tensor-similarity experiments end to end at toy size, and their pieces."""
+"""The tensor-similarity experiments end to end at toy size (their data: tests/data/test_digits.py,
+tests/data/test_modular.py; their measures: tests/similarity/test_checkpoints.py)."""
 
 import json
 import os
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from mechjax.studies import tensor_backdoor
 from mechjax.studies import tensor_grokking
-from mechjax.train import loop
 from tests.helpers import check_report
 from tests.helpers import run_module
-
-
-def test_power_checkpoint_schedule():
-  assert tensor_grokking.checkpoint_schedule(100, 4, 2.0) == [6, 25, 56, 100]
-  assert tensor_grokking.checkpoint_schedule(10, 4, 1.0) == [2, 5, 8, 10]
-  assert tensor_grokking.checkpoint_schedule(3, 10, 2.0) == [1, 2, 3]  # deduplicated, never step 0
-
-
-@pytest.mark.parametrize("n, cap", [(250, 250), (1000, 250), (7, 100), (0, 8), (12345, 1000)])
-def test_binary_pieces_sum_and_are_few_distinct_powers_of_two(n, cap):
-  pieces = loop.binary_pieces(n, cap)
-  assert sum(pieces) == n
-  assert all(p & (p - 1) == 0 and p <= cap for p in pieces)
-  assert pieces == sorted(pieces, reverse=True)
-
-
-def test_modular_addition_inputs_and_split():
-  cfg = tensor_grokking.Config(p=7, train_fraction=0.3)
-  tr, te = tensor_grokking.split(cfg)
-  assert len(tr) == 15 and len(tr) + len(te) == 49 and not set(tr) & set(te)
-  x, y = tensor_grokking.inputs(7, jnp.array([3 * 7 + 5]))
-  assert (
-    x.shape == (1, 14)
-    and x[0, 3] == 1
-    and x[0, 7 + 5] == 1
-    and float(x.sum()) == 2
-    and int(y[0]) == 1
-  )
-
-
-def test_trigger_stamps_the_bottom_right_corner_only():
-  x = jnp.zeros((2, 64))
-  t = np.asarray(tensor_backdoor.trigger(x, 2)).reshape(2, 8, 8)
-  assert t[:, 6:, 6:].min() == 1 and t.sum() == 2 * 4
 
 
 @pytest.mark.slow
@@ -55,9 +20,9 @@ def test_grokking_experiment_end_to_end(tmp_path):
     "--p=7",
     "--hidden=8",
     "--num_seeds=1",
-    "--steps=60",
+    "--steps=64",
     "--num_checkpoints=4",
-    "--log_every=20",
+    "--log_every=32",
     "--batch_size=16",
     "--learning_rate=0.01",
     "--weight_decays=0.01,3",
@@ -67,7 +32,8 @@ def test_grokking_experiment_end_to_end(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   assert "Pearson r with logit cosine" in r.stdout
   summary = json.loads((wd / "summary.json").read_text())
-  assert summary["checkpoint_steps"] == [0, 4, 15, 34, 60]
+  # Chunk ends 4, 16, 32, 36, 64 run as pieces of 16, 8 and 4 steps: three compiled programs.
+  assert summary["checkpoint_steps"] == [0, 4, 16, 36, 64]
   # Two weight decays trained side by side in one program, each member paired with the same seed.
   assert [(s["weight_decay"], s["seed"]) for s in summary["seeds"]] == [(0.01, 0), (3.0, 0)]
   assert set(summary["by_weight_decay"]) == {"0.01", "3.0"}
@@ -75,7 +41,7 @@ def test_grokking_experiment_end_to_end(tmp_path):
   assert w_small != w_large  # the decay reached the optimizer: the runs differ
   seed = summary["seeds"][0]
   assert np.isfinite(summary["pearson_r_tensor_vs_logit_cosine"])
-  assert seed["final_train_acc"] > 0.5  # 60 steps at lr 0.01 fit 15 training pairs
+  assert seed["final_train_acc"] > 0.5  # 64 steps at lr 0.01 fit 15 training pairs
   sims = np.load(wd / "similarity.npz")
   for m in tensor_grokking.MEASURES:
     assert sims[f"seed1/{m}"].shape == (5, 5)
