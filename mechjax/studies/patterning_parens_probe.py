@@ -147,16 +147,20 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       r["llc_mean"], r["llc_sd_over_chains"] = est.llc_mean, np.std(est.llc_per_chain)
   unweighted = shared.train_weighted(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
   ids, names = parens.groups(data["train"]["tokens"])
-  w_star = lambda: unweighted.params_of(0, cfg.chi_step)  # restored only when computing
-  pat = ctx.stage(
-    "patterning", lambda: compute_patterning(cfg, model, data, w_star(), refs, ids, names)
-  )
-  toward = {f"toward_{a}": pat["targets"][a]["group_distribution"] for a in parens.ALGORITHMS}
+
+  def patterning_stage():  # the checkpoint is restored only when the stage is computed
+    w_star = unweighted.params_of(0, cfg.chi_step)
+    return compute_patterning(cfg, model, data, w_star, refs, ids, names)
+
+  pat = ctx.stage("patterning", patterning_stage)
   histories = {"unweighted": unweighted.history}
-  # Checkpointed at the end only: no susceptibility is estimated on these runs.
-  histories.update(
-    shared.retrain(cfg, model, data, ids, toward, ctx, checkpoint_every=cfg.run.steps)
-  )
+  for a in parens.ALGORITHMS:
+    weights = patterning.sample_weights(pat["targets"][a]["group_distribution"], ids)
+    # Checkpointed at the end only: no susceptibility is estimated on these runs.
+    result = shared.train_weighted(
+      cfg, model, data, weights, f"toward_{a}", ctx, checkpoint_every=cfg.run.steps
+    )
+    histories[f"toward_{a}"] = result.history
   outcomes = {c: shared.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
   summary = {
     "design": "probe",

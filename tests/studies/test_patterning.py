@@ -225,12 +225,15 @@ def test_parens_passes_over_a_share_whose_references_do_not_train(tmp_path, monk
 
 @pytest.mark.slow
 def test_parens_llc_analysis_predicts_and_remeasures_each_reference_llc(tmp_path):
-  """The LLC analysis at two trained references: each reference's LLC responds to every group, the
+  """The LLC analysis at two trained networks (two seeds of one run stand in for the forced
+  references, which the pass-over test trains): each one's LLC responds to every group, the
   re-weighting toward each algorithm moves the gap its way (by at most the margin, to first order),
   the random control moves as much, and every re-weighting's Δλ is re-measured on paired chains."""
-  cfg = pp.Config().replace(**{**TINY_PARENS, "sgld.mala": False})
+  cfg = pp.Config().replace(**{**TINY_PARENS, "steps": 200, "sgld.mala": False})
   model, data = pb.Model(cfg), pb.make_data(cfg, 0.5)
-  refs = pb.reference_solutions(cfg, model, data, frame.Context(str(tmp_path), False, cfg.run))
+  ctx = frame.Context(str(tmp_path), False, cfg.run)
+  trained = pb.train_weighted(cfg, model, data, np.ones(cfg.n), "two", ctx)
+  refs = {a: {"params": trained.params_of(i)} for i, a in enumerate(parens.ALGORITHMS)}
   ids, names = parens.groups(data["train"]["tokens"])
   pat = pl.analysis(cfg, model, data, refs, ids, names)
   for r in pat["responses"].values():
