@@ -10,7 +10,7 @@ algorithm when it is perfect in distribution (held-out accuracy ≥ ``perfect_ac
 counts rate is above (counts) or below (prefix) one half.
 
 Here: the settings both studies share, the data, the model, training on a re-weighted
-distribution, the forced reference solutions, the tallies and the panels' style.
+distribution, the forced reference solutions and the tallies.
 """
 
 from __future__ import annotations
@@ -331,16 +331,3 @@ def wilcoxon_vs_unweighted(outcomes: dict) -> dict:
 
 
 COLORS = {"counts": "C2", "prefix": "C3", "not perfect": "lightgray"}
-
-
-def label_axes(ax, title: str, ylabel: str, xlabel: str = "", grid: str = "both", legend=7):
-  """The studies' panel style: a title, axis labels, a light ``grid`` (``"both"`` or ``"y"``) and a
-  legend of font size ``legend`` (None: no legend)."""
-  ax.set_title(title, fontsize=10)
-  ax.set_ylabel(ylabel)
-  if xlabel:
-    ax.set_xlabel(xlabel)
-  if grid:
-    ax.grid(alpha=0.3, axis=grid)
-  if legend:
-    ax.legend(fontsize=legend)

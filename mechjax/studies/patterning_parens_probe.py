@@ -220,7 +220,7 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   ax.bar(x, j[order], yerr=2 * se[order], color=colors, alpha=0.8, capsize=2)
   ax.set_xticks(x, names, rotation=90, fontsize=6)
   title = f"group responses at step {cfg.chi_step} (nβ = {cfg.nbeta:.0f}, ±2 s.e.)"
-  shared.label_axes(ax, title, "dE[φ_counts]/dh  (< 0: toward counts)", grid="y", legend=None)
+  plotting.label_panel(ax, title, "dE[φ_counts]/dh  (< 0: toward counts)", grid="y", legend=None)
   ax = axes[1]
   for i, a in enumerate(parens.ALGORITHMS):
     target = pat["targets"][a]
@@ -230,7 +230,7 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   ax.axhline(0, color="black", lw=0.6)
   ax.set_xticks(x, names, rotation=90, fontsize=6)
   title = "re-weighting (same group order)"
-  shared.label_axes(ax, title, "change of the group's probability", grid="y", legend=8)
+  plotting.label_panel(ax, title, "change of the group's probability", grid="y", legend=8)
   ax = axes[2]
   colors = {"unweighted": "gray", "toward_counts": "C2", "toward_prefix": "C3"}
   for c, history in histories.items():
@@ -243,7 +243,7 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
     ax.axhline(refs[a]["counts_rate"], color="black", ls=style, lw=0.8, label=label)
   ax.set_ylim(-0.03, 1.03)
   title = f"{cfg.run.num_seeds} seeds per condition (thin: each seed)"
-  shared.label_axes(ax, title, "counts rate on probes", "training step")
+  plotting.label_panel(ax, title, "counts rate on probes", "training step")
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
