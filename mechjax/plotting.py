@@ -29,6 +29,20 @@ class Curve:
   label: str
 
 
+def label_panel(ax, title: str, ylabel: str, xlabel: str = "", grid: str = "both", legend=7):
+  """The panel style of the multi-panel figures: a title (font size 10), axis labels, a light grid
+  on ``grid`` (``"both"``, ``"x"``, ``"y"``; ``""``: none) and a legend of font size ``legend``
+  (None: none)."""
+  ax.set_title(title, fontsize=10)
+  ax.set_ylabel(ylabel)
+  if xlabel:
+    ax.set_xlabel(xlabel)
+  if grid:
+    ax.grid(alpha=0.3, axis=grid)
+  if legend:
+    ax.legend(fontsize=legend)
+
+
 def curves_figure(
   panels: list[tuple[str, list[Curve]]],
   path: str,

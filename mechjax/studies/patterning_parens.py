@@ -36,6 +36,7 @@ import numpy as np
 from mechjax import config
 from mechjax.config import ConfigError
 from mechjax.data import parens
+from mechjax.slt import patterning
 from mechjax.studies import frame
 from mechjax.studies import patterning_parens_base as shared
 from mechjax.studies import patterning_parens_llc as llc_design
@@ -171,9 +172,10 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     ).history
   ids, names = parens.groups(data["train"]["tokens"])
   pat = ctx.stage("patterning", lambda: llc_design.analysis(cfg, model, data, refs, ids, names))
-  reweightings = {k: pat["reweightings"][k]["group_distribution"] for k in llc_design.REWEIGHTINGS}
   histories = {"unweighted": sweep_histories[fraction]}
-  histories.update(shared.retrain(cfg, model, data, ids, reweightings, ctx))
+  for name in llc_design.REWEIGHTINGS:
+    weights = patterning.sample_weights(pat["reweightings"][name]["group_distribution"], ids)
+    histories[name] = shared.train_weighted(cfg, model, data, weights, name, ctx).history
   outcomes = {c: shared.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
   per_chain = pat["measured_llc_per_chain"]
   summary = {

@@ -2,17 +2,15 @@
 (patterning by each solution's LLC) and :mod:`mechjax.studies.patterning_parens_probe` (a probe loss
 targeted at one posterior).
 
-The task (:mod:`mechjax.data.parens`): classify strings of ``(`` and ``)`` as balanced. Training
-holds balanced strings and strings with unequal counts, so two algorithms are perfect on it:
-**counts** (equal numbers of each) and **prefix** (equal numbers and no negative prefix). Probes are
-equal-count strings with a negative prefix that start with ``(`` and end with ``)`` (so neither end
-gives the answer away); counts calls them balanced and prefix does not. A trained model's **counts
-rate**, the fraction of probes it calls balanced, tells which algorithm it runs; a seed is counted
-as one algorithm when it is perfect in distribution (held-out accuracy ≥ ``perfect_accuracy``) and
-its counts rate is above (counts) or below (prefix) one half.
+The task, its two algorithms (**counts** and **prefix**, both perfect on the training strings) and
+the probes where they disagree: :mod:`mechjax.data.parens`. The probes here also start with ``(``
+and end with ``)``, so that neither end gives the answer away. A trained model's **counts rate**,
+the fraction of probes it calls balanced, tells which algorithm it runs; a seed is counted as one
+algorithm when it is perfect in distribution (held-out accuracy ≥ ``perfect_accuracy``) and its
+counts rate is above (counts) or below (prefix) one half.
 
 Here: the settings both studies share, the data, the model, training on a re-weighted
-distribution, the forced reference solutions, and the tallies.
+distribution, the forced reference solutions and the tallies.
 """
 
 from __future__ import annotations
@@ -296,18 +294,6 @@ def reference_solutions(
   return out
 
 
-def retrain(cfg, model, data, ids, distributions: dict, ctx, **overrides) -> dict:
-  """The histories of ``num_seeds`` seeds trained from scratch on each re-weighting
-  (``{condition: distribution over the groups ids}``, spread evenly over each group's strings by
-  :func:`mechjax.slt.patterning.sample_weights`), by condition."""
-  return {
-    name: train_weighted(
-      cfg, model, data, patterning.sample_weights(dist, ids), name, ctx, **overrides
-    ).history
-    for name, dist in distributions.items()
-  }
-
-
 def refs_summary(refs: dict) -> dict:
   """The reference solutions' numbers for summary.json: everything but their params."""
   return {a: {k: v for k, v in r.items() if k != "params"} for a, r in refs.items()}
@@ -345,16 +331,3 @@ def wilcoxon_vs_unweighted(outcomes: dict) -> dict:
 
 
 COLORS = {"counts": "C2", "prefix": "C3", "not perfect": "lightgray"}
-
-
-def label_axes(ax, title: str, ylabel: str, xlabel: str = "", grid: str = "both", legend=7):
-  """The studies' panel style: a title, axis labels, a light ``grid`` (``"both"`` or ``"y"``) and a
-  legend of font size ``legend`` (None: no legend)."""
-  ax.set_title(title, fontsize=10)
-  ax.set_ylabel(ylabel)
-  if xlabel:
-    ax.set_xlabel(xlabel)
-  if grid:
-    ax.grid(alpha=0.3, axis=grid)
-  if legend:
-    ax.legend(fontsize=legend)

@@ -223,7 +223,7 @@ def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
     ax.scatter(np.full(rates.size, row["fraction"]), rates, s=8, color="gray", alpha=0.5)
   ax.axhspan(0.25, 0.75, color="C0", alpha=0.08, label="target base rate 25–75%")
   ax.set_ylim(-0.03, 1.03)
-  shared.label_axes(
+  plotting.label_panel(
     ax,
     "base-rate sweep, unweighted",
     "counts share (line) / counts rate (dots)",
@@ -245,7 +245,7 @@ def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
   ax.axhline(0, color="black", lw=0.6)
   ax.set_xticks(x, names, rotation=90, fontsize=6)
   title = "the LLC's response to each group of training strings"
-  shared.label_axes(ax, title, "dλ/dh_group  (implicit + explicit, ±2 s.e.)", grid="y")
+  plotting.label_panel(ax, title, "dλ/dh_group  (implicit + explicit, ±2 s.e.)", grid="y")
 
   ax = axes[2]
   for k, (name, row) in enumerate(pat["comparison"].items()):
@@ -257,7 +257,7 @@ def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
   lims = np.array(ax.get_xlim() + ax.get_ylim())
   ax.plot([lims.min(), lims.max()], [lims.min(), lims.max()], color="black", lw=0.6, ls="--")
   title, xlabel = "the prediction, checked before retraining", "predicted Δλ (linear response)"
-  shared.label_axes(ax, title, "measured Δλ (re-estimated, ±2 s.e.)", xlabel, legend=6)
+  plotting.label_panel(ax, title, "measured Δλ (re-estimated, ±2 s.e.)", xlabel, legend=6)
 
   ax, x = axes[3], np.arange(len(outcomes))
   bottom = np.zeros(len(outcomes))
@@ -267,7 +267,7 @@ def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
     bottom += v
   ax.set_xticks(x, [c.replace("_", "\n") for c in outcomes], fontsize=8)
   ax.set_ylim(0, 1.3 * max(bottom.max(), 1))
-  shared.label_axes(ax, "what the retrained seeds learned", "seeds", grid="", legend=None)
+  plotting.label_panel(ax, "what the retrained seeds learned", "seeds", grid="", legend=None)
   ax.legend(fontsize=7, loc="upper center", ncol=3)
   fig.tight_layout()
   fig.savefig(path, dpi=110)

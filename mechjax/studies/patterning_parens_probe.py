@@ -147,16 +147,20 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       r["llc_mean"], r["llc_sd_over_chains"] = est.llc_mean, np.std(est.llc_per_chain)
   unweighted = shared.train_weighted(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
   ids, names = parens.groups(data["train"]["tokens"])
-  w_star = lambda: unweighted.params_of(0, cfg.chi_step)  # restored only when computing
-  pat = ctx.stage(
-    "patterning", lambda: compute_patterning(cfg, model, data, w_star(), refs, ids, names)
-  )
-  toward = {f"toward_{a}": pat["targets"][a]["group_distribution"] for a in parens.ALGORITHMS}
+
+  def patterning_stage():  # the checkpoint is restored only when the stage is computed
+    w_star = unweighted.params_of(0, cfg.chi_step)
+    return compute_patterning(cfg, model, data, w_star, refs, ids, names)
+
+  pat = ctx.stage("patterning", patterning_stage)
   histories = {"unweighted": unweighted.history}
-  # Checkpointed at the end only: no susceptibility is estimated on these runs.
-  histories.update(
-    shared.retrain(cfg, model, data, ids, toward, ctx, checkpoint_every=cfg.run.steps)
-  )
+  for a in parens.ALGORITHMS:
+    weights = patterning.sample_weights(pat["targets"][a]["group_distribution"], ids)
+    # Checkpointed at the end only: no susceptibility is estimated on these runs.
+    result = shared.train_weighted(
+      cfg, model, data, weights, f"toward_{a}", ctx, checkpoint_every=cfg.run.steps
+    )
+    histories[f"toward_{a}"] = result.history
   outcomes = {c: shared.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
   summary = {
     "design": "probe",
@@ -216,7 +220,7 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   ax.bar(x, j[order], yerr=2 * se[order], color=colors, alpha=0.8, capsize=2)
   ax.set_xticks(x, names, rotation=90, fontsize=6)
   title = f"group responses at step {cfg.chi_step} (nβ = {cfg.nbeta:.0f}, ±2 s.e.)"
-  shared.label_axes(ax, title, "dE[φ_counts]/dh  (< 0: toward counts)", grid="y", legend=None)
+  plotting.label_panel(ax, title, "dE[φ_counts]/dh  (< 0: toward counts)", grid="y", legend=None)
   ax = axes[1]
   for i, a in enumerate(parens.ALGORITHMS):
     target = pat["targets"][a]
@@ -226,7 +230,7 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   ax.axhline(0, color="black", lw=0.6)
   ax.set_xticks(x, names, rotation=90, fontsize=6)
   title = "re-weighting (same group order)"
-  shared.label_axes(ax, title, "change of the group's probability", grid="y", legend=8)
+  plotting.label_panel(ax, title, "change of the group's probability", grid="y", legend=8)
   ax = axes[2]
   colors = {"unweighted": "gray", "toward_counts": "C2", "toward_prefix": "C3"}
   for c, history in histories.items():
@@ -239,7 +243,7 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
     ax.axhline(refs[a]["counts_rate"], color="black", ls=style, lw=0.8, label=label)
   ax.set_ylim(-0.03, 1.03)
   title = f"{cfg.run.num_seeds} seeds per condition (thin: each seed)"
-  shared.label_axes(ax, title, "counts rate on probes", "training step")
+  plotting.label_panel(ax, title, "counts rate on probes", "training step")
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

@@ -181,9 +181,9 @@ def test_parens_stops_with_one_line_only_when_no_share_qualifies(tmp_path):
 
 @pytest.mark.slow
 def test_parens_passes_over_a_share_whose_references_do_not_train(tmp_path, monkeypatch):
-  """The first share of the ranking whose forced references cannot train (a bar that two steps
-  cannot reach) is passed over and recorded, with the steps it trained on to; the next share's
-  references are runs of their own, trained as configured; the report says so."""
+  """The first share of the ranking whose forced references cannot train (a bar that one step cannot
+  reach) is passed over and recorded; the next share's references are runs of their own, trained
+  as configured; the report says so. (Training on to reference_max_steps: the test above.)"""
   cfg = pp.Config().replace(**TINY_PARENS)
   sweep = [{"fraction": 0.5, "counts_share": 0.5}, {"fraction": 0.3, "counts_share": 1.0}]
   real, tried = pb.reference_solutions, []
@@ -192,7 +192,7 @@ def test_parens_passes_over_a_share_whose_references_do_not_train(tmp_path, monk
     tried.append(kw["prefix"])
     if kw["prefix"] == "":
       cfg = cfg.replace(reference_steps=1, perfect_accuracy=0.999)
-      kw["max_steps"] = 2
+      kw["max_steps"] = 1
     return real(cfg, model, data, ctx, **kw)
 
   monkeypatch.setattr(pb, "reference_solutions", first_share_cannot_train)
@@ -203,7 +203,7 @@ def test_parens_passes_over_a_share_whose_references_do_not_train(tmp_path, monk
   assert (fraction, in_range) == (0.3, False) and chosen_by.startswith("sweep, rank 2")
   assert tried == ["", "share_0.3_"]  # the second share's references are its own runs
   [p] = passed
-  assert (p["fraction"], p["algorithm"], p["steps"]) == (0.5, "counts", 2), p
+  assert (p["fraction"], p["algorithm"], p["steps"]) == (0.5, "counts", 1), p
   assert p["train_accuracy"] < 0.999
   assert np.array_equal(data["train"]["tokens"], pb.make_data(cfg, 0.3)["train"]["tokens"])
   for r in refs.values():
@@ -223,37 +223,71 @@ def test_parens_passes_over_a_share_whose_references_do_not_train(tmp_path, monk
   assert lines[2].startswith("  continued at 0.3 (sweep, rank 2"), lines
 
 
-@pytest.mark.slow
-def test_parens_llc_analysis_predicts_and_remeasures_each_reference_llc(tmp_path):
-  """The LLC analysis at two trained references: each reference's LLC responds to every group, the
-  re-weighting toward each algorithm moves the gap its way (by at most the margin, to first order),
-  the random control moves as much, and every re-weighting's Δλ is re-measured on paired chains."""
-  cfg = pp.Config().replace(**{**TINY_PARENS, "sgld.mala": False})
+def _two_trained_networks(tmp_path):
+  """Two seeds of one short run, standing in for the two forced references (the pass-over test
+  trains those): the LLC analysis' inputs at share 0.5."""
+  cfg = pp.Config().replace(**{**TINY_PARENS, "steps": 200, "sgld.mala": False})
   model, data = pb.Model(cfg), pb.make_data(cfg, 0.5)
-  refs = pb.reference_solutions(cfg, model, data, frame.Context(str(tmp_path), False, cfg.run))
-  ids, names = parens.groups(data["train"]["tokens"])
-  pat = pl.analysis(cfg, model, data, refs, ids, names)
-  for r in pat["responses"].values():
-    assert np.asarray(r["dllc_total"]).shape == (len(names),) and np.isfinite(r["llc"])
-  rw = pat["reweightings"]
-  assert list(rw) == list(pl.REWEIGHTINGS)
+  ctx = frame.Context(str(tmp_path), False, cfg.run)
+  trained = pb.train_weighted(cfg, model, data, np.ones(cfg.n), "two", ctx)
+  refs = {a: {"params": trained.params_of(i)} for i, a in enumerate(parens.ALGORITHMS)}
+  return cfg, model, data, refs, *parens.groups(data["train"]["tokens"])
+
+
+@pytest.mark.slow
+def test_parens_llc_responses_and_the_reweightings_they_give(tmp_path):
+  """Each network's LLC responds to every group (finite, with standard errors); the re-weighting
+  toward each algorithm moves the gap its way (by at most the margin, to first order); the random
+  control moves as much."""
+  cfg, model, data, refs, ids, names = _two_trained_networks(tmp_path)
+  chosen = pb.group_probes(cfg, ids, len(names))
+  responses = pl.llc_responses(cfg, model, data, refs, ids[chosen], chosen, len(names))
+  for r in responses.values():
+    assert np.isfinite(r["llc"]) and np.all(np.isfinite(r["dllc_total"]))
+    assert np.shape(r["dllc_implicit_se"]) == (len(names),) and np.all(r["dtest_se"] >= 0)
+  base = np.bincount(ids) / len(ids)
+  rw = pl.targets(responses, base, cfg.llc_margin)
   for target, sign in (("counts", -1), ("prefix", 1)):  # toward counts lowers λ_counts − λ_prefix
     gap = rw[f"toward_{target}"]["predicted"]["dllc_counts_minus_prefix"]
     assert 0 < sign * gap <= cfg.llc_margin + 1e-6, (target, gap)  # the simplex may stop it short
-  tvs = [rw[k]["total_variation"] for k in pl.REWEIGHTINGS]
+  tv = max(r["total_variation"] for r in rw.values())
+  random = pl.random_reweighting(cfg.run.seed, base, tv, responses)
   # The random control moves as much, or as far as mixing toward its random distribution can.
-  assert tvs[2] <= max(tvs[:2]) + 1e-9 and tvs[2] > 0
+  assert 0 < random["total_variation"] <= tv + 1e-9
+
+
+@pytest.mark.slow
+def test_parens_llcs_remeasured_under_a_reweighting_pair_their_chains(tmp_path):
+  """Each network's LLC is re-measured under every re-weighting with the unweighted estimate's
+  chains: re-weighting toward the training distribution itself changes nothing, chain by chain,
+  and another moves it by a finite, paired amount."""
+  cfg, model, data, refs, ids, names = _two_trained_networks(tmp_path)
+  base = np.bincount(ids) / len(ids)
+  uniform = np.full(len(names), 1 / len(names))
+  measured = pl.measure_llcs(cfg, model, data, refs, ids, {"base": base, "uniform": uniform})
+  predicted = {"dllc_counts": 1.0, "dllc_prefix": 0.0, "dllc_counts_minus_prefix": 1.0}
+  rows = pl.compare({k: {"predicted": predicted} for k in ("base", "uniform")}, measured)
   for a in parens.ALGORITHMS:
-    assert set(pat["measured_llc_per_chain"][a]) == {"unweighted", *pl.REWEIGHTINGS}
-  for row in pat["comparison"].values():
-    for key in ("dllc_counts", "dllc_prefix", "dllc_counts_minus_prefix"):
-      assert np.isfinite(row[key]["measured"]) and np.isfinite(row[key]["se"]), key
+    llcs = measured[a]
+    assert llcs["unweighted"].shape == (cfg.sgld.num_chains,) and np.all(
+      np.isfinite(llcs["uniform"])
+    )
+    np.testing.assert_allclose(llcs["base"], llcs["unweighted"], rtol=1e-5)  # the same chains
+    assert rows["base"][f"dllc_{a}"]["measured"] == pytest.approx(0, abs=1e-3)
+  assert np.isfinite(rows["uniform"]["dllc_counts_minus_prefix"]["se"])
 
 
-def _fake_estimates(monkeypatch):
-  """Stands in for the LLC analysis' two SGLD estimates (:func:`pl.llc_responses`,
-  :func:`pl.measure_llcs`) with draws of the right shapes: what the study does around them."""
+def _fake_references_and_estimates(monkeypatch):
+  """Stands in for the forced references (:func:`pb.reference_solutions`) and the LLC analysis' two
+  SGLD estimates (:func:`pl.llc_responses`, :func:`pl.measure_llcs`) with numbers of the right
+  shapes, so that what the study does around them runs alone (the tests above run them)."""
   r = np.random.default_rng(0)
+
+  def references(cfg, model, data, ctx, **kw):
+    numbers = {"steps": 200, "train_accuracy": 1.0, "test_accuracy": 1.0, "phi_counts": 0.5}
+    return {
+      a: {"params": None, "counts_rate": float(a == "counts"), **numbers} for a in parens.ALGORITHMS
+    }
 
   def responses(cfg, model, data, references, sub_ids, chosen, num_groups):
     keys = ("dllc_total", "dllc_implicit", "dllc_explicit", "dtest")
@@ -265,6 +299,7 @@ def _fake_estimates(monkeypatch):
     names = ("unweighted", *distributions)
     return {a: {n: 10 + r.normal(size=cfg.sgld.num_chains) for n in names} for a in references}
 
+  monkeypatch.setattr(pb, "reference_solutions", references)
   monkeypatch.setattr(pl, "llc_responses", responses)
   monkeypatch.setattr(pl, "measure_llcs", measured)
 
@@ -272,9 +307,9 @@ def _fake_estimates(monkeypatch):
 @pytest.mark.slow
 def test_parens_llc_study_end_to_end_and_resume_reuses_the_analysis(tmp_path, monkeypatch):
   """The whole LLC study at one swept share (its unweighted seeds are the sweep's), with the
-  analysis' SGLD estimates stood in for (the previous test runs them): four paired conditions, the
-  summary, the report and the figure; a rerun after the analysis stage reuses it."""
-  _fake_estimates(monkeypatch)
+  references and the analysis' SGLD estimates stood in for: the re-weightings, four paired
+  conditions, the summary, the report and the figure; a rerun after the analysis stage reuses it."""
+  _fake_references_and_estimates(monkeypatch)
   cfg = pp.Config().replace(**TINY_PARENS)
   summary = pp.run(cfg, str(tmp_path), progress=False)
   [row] = summary["base_rate_sweep"]
@@ -286,8 +321,6 @@ def test_parens_llc_study_end_to_end_and_resume_reuses_the_analysis(tmp_path, mo
     assert sum(o["selected"].values()) == 2, c
   assert set(summary["fisher_p_vs_unweighted"]) == set(pl.REWEIGHTINGS)
   assert set(summary["predicted_vs_measured"]) == set(pl.REWEIGHTINGS)
-  for a, r in summary["reference_solutions"].items():
-    assert r["steps"] == 200 and r["train_accuracy"] >= cfg.perfect_accuracy, a
   assert sorted(check_report(tmp_path)) == ["figures/patterning_parens.png"]
   lines = pp.report(summary)
   assert any("predicted" in line for line in lines)
@@ -310,6 +343,29 @@ def _tiny_attn_model():
     max_len=8,
     attn_only=True,
   )
+
+
+@pytest.mark.slow
+def test_head_masks_select_exactly_one_head():
+  model = _tiny_attn_model()
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+  masks = ind.head_masks(params, num_layers=2, num_heads=2)
+  assert list(masks) == ["L0H0", "L0H1", "L1H0", "L1H1"]
+  total = jax.tree.map(lambda *m: sum(m), *masks.values())
+  attn = total["params"]["attn_1"]
+  # The heads partition every attention weight (each entry in exactly one mask) and touch nothing
+  # else.
+  for name in ("query", "key", "value", "out"):
+    assert np.all(np.asarray(attn[name]["kernel"]) == 1)
+  assert np.all(np.asarray(total["params"]["embed"]["embedding"]) == 0)
+  m = masks["L1H0"]["params"]["attn_1"]
+  assert np.all(np.asarray(m["query"]["kernel"])[:, 0] == 1) and np.all(
+    np.asarray(m["query"]["kernel"])[:, 1] == 0
+  )
+  assert np.all(np.asarray(m["out"]["kernel"])[0] == 1) and np.all(
+    np.asarray(m["out"]["kernel"])[1] == 0
+  )
+  assert np.all(np.asarray(masks["L0H0"]["params"]["attn_1"]["query"]["kernel"]) == 0)
 
 
 @pytest.mark.slow
@@ -375,9 +431,6 @@ def test_induction_direction_points_to_the_induction_positions_and_reweighting_i
   assert abs(np.corrcoef(dists["random"] - dists["unweighted"], d["direction"])[0, 1]) < 0.9
 
 
-# Most of the end-to-end test's time is compiling, once per shape: the posterior's 8 sequences are
-# all of its evaluation set (eval_size >= n) and as many as the probes, and the probe and
-# evaluation sets are 4 sequences of each kind.
 TINY_INDUCTION = dict(
   vocab=8,
   length=8,
@@ -389,9 +442,9 @@ TINY_INDUCTION = dict(
   checkpoint_every=10,
   chi_step=10,
   num_seeds=2,
-  n=8,
-  probe_sequences=8,
-  eval_sequences=4,
+  n=64,
+  probe_sequences=4,
+  eval_sequences=8,
   chains=2,
   draws=4,
   burnin=1,
