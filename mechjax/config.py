@@ -351,6 +351,14 @@ class Settings:
   def validate(self) -> None:
     """Checks that involve several settings; raise :class:`ConfigError` naming them."""
 
+  def check_at_most(self, names: Sequence[str], limit: str) -> None:
+    """Refuses any of the settings ``names`` (dotted paths, ``"sgld.batch_size"``) above the
+    setting ``limit`` (``"n"``), with a one-line error naming them all and their values."""
+    get = lambda name: functools.reduce(getattr, name.split("."), self)
+    if any(get(name) > get(limit) for name in names):
+      shown = ", ".join(f"{name}={get(name)}" for name in names)
+      raise ConfigError((*names, limit), f"{shown} must not exceed {limit}={get(limit)}")
+
   # --- flat keys
   # ----------------------------------------------------------------------------------------------
 

@@ -67,6 +67,11 @@ def test_values_are_converted_to_their_types_and_checked():
     Toy(width=2.5)
   with pytest.raises(ConfigError, match="width, run.steps: width must not exceed steps"):
     Toy(width=60)
+  Toy(width=4).check_at_most(("width", "sgld.batch_size"), "run.steps")  # 4 and 4 <= 50
+  with pytest.raises(
+    ConfigError, match=r"^run.steps, sgld.batch_size, width: run.steps=50, sgld.batch_size=4 must"
+  ):
+    Toy().check_at_most(("run.steps", "sgld.batch_size"), "width")  # 50 > 8
   with pytest.raises(ConfigError, match="step_size=-1.0: must be a finite number > 0"):
     sgld_lib.SGLDSettings(step_size=-1, localization=1.0, batch_size=1)
 

@@ -56,6 +56,26 @@ def induction_mask(length: int) -> np.ndarray:
   return np.arange(length - 1) >= length // 2
 
 
+def token_groups(repeat_B, length: int) -> np.ndarray:
+  """The group of every prediction token, ``(B, length − 1)``: ``repeat · (length − 1) + t`` for the
+  prediction at position ``t`` of a sequence that repeats (``repeat = 1``) or not. Groups
+  ``0 … length − 2`` are the random sequences' positions, the rest the repeated ones'."""
+  t = np.arange(length - 1)
+  return np.asarray(repeat_B)[:, None] * (length - 1) + t[None]
+
+
+def group_shares(length: int, repeat_fraction: float) -> np.ndarray:
+  """Each :func:`token_groups` group's share of the tokens of :func:`sample`: ``(2 (length − 1),)``
+  shares, summing to 1."""
+  kind = np.repeat([1 - repeat_fraction, repeat_fraction], length - 1)
+  return kind / (length - 1)
+
+
+def induction_groups(length: int) -> np.ndarray:
+  """The :func:`token_groups` groups of the induction predictions of repeated sequences."""
+  return length - 1 + np.nonzero(induction_mask(length))[0]
+
+
 def prefix_matching_score(attention_BxHxTxT: jax.Array) -> jax.Array:
   """Per head, the mean attention from each position ``t`` of the second copy to ``t − half + 1``,
   the position right after the earlier occurrence of the current token (the induction target), over

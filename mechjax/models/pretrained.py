@@ -39,7 +39,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Callable
+from typing import Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -1019,6 +1019,27 @@ def component_masks(model: DecoderLM, params: dict) -> dict[str, dict]:
     m = zeros()
     m[f"mlp_{l}"] = jax.tree.map(np.ones_like, m[f"mlp_{l}"])
     out[f"mlp_{l}"] = m
+  return out
+
+
+def site_activations(
+  model: DecoderLM, params: dict, windows: dict, sites: Sequence[str], batch: int
+) -> dict[str, dict[str, np.ndarray]]:
+  """The activations at ``sites`` over each set of token windows (``{name: (B, T) tokens}``),
+  ``batch`` windows per call of one compiled program: ``{name: {site: (B·T, d_model) float64}}``,
+  window-major."""
+  forward = jax.jit(
+    lambda p, t: {
+      s: x for s, x in model.apply({"params": p}, t, return_sites=True)[1].items() if s in sites
+    }
+  )
+  out = {}
+  for name, w in windows.items():
+    parts = [jax.device_get(forward(params, w[i : i + batch])) for i in range(0, len(w), batch)]
+    out[name] = {
+      s: np.concatenate([p[s] for p in parts]).reshape(-1, model.arch.d_model).astype(np.float64)
+      for s in sites
+    }
   return out
 
 

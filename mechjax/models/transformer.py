@@ -130,6 +130,22 @@ class Transformer(nn.Module):
     return (outputs, sites) if return_sites else outputs
 
 
+def attention_only(
+  vocab: int, length: int, d_model: int, num_layers: int, num_heads: int
+) -> Transformer:
+  """An attention-only :class:`Transformer` over ``vocab`` tokens and sequences of at most
+  ``length``, with one next-token readout ``"token"``: the model induction heads form in."""
+  return Transformer(
+    vocab_size=vocab,
+    heads=(("token", vocab),),
+    d_model=d_model,
+    num_layers=num_layers,
+    num_heads=num_heads,
+    max_len=length,
+    attn_only=True,
+  )
+
+
 def attention_patterns(model: Transformer, params, tokens_BxT) -> jax.Array:
   """Every layer's attention weights, ``(layers, B, heads, T_query, T_key)``."""
   _, state = model.apply(params, tokens_BxT, mutable=["intermediates"])

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mechjax.slt import susceptibility
 from mechjax.train import loop
 
 
@@ -205,3 +206,58 @@ def sample_weights(group_distribution, group_ids) -> np.ndarray:
       f"groups {np.nonzero((counts == 0) & (p > 0))[0].tolist()} have mass but no sample"
     )
   return p[g] / counts[g]
+
+
+def principal_group_change(chi, groups, target_groups, num_groups: int, top: int) -> dict:
+  """The re-weighting along a principal direction of ``χ`` (Wang & Murfet 2026): of the ``top``
+  leading right singular vectors ``v_k`` of ``χ``
+  (:func:`mechjax.slt.susceptibility.principal_directions`), the one whose probe loadings correlate
+  most, in absolute value, with the indicator of ``target_groups``. Shifting weight along ``v_k``
+  is the minimum-norm way to move the components along the matching ``u_k`` (``χ⁺u_k = v_k / s_k``).
+
+  Args:
+    chi: ``(components, probes)``.
+    groups: ``(probes,)`` group of each probe column.
+    target_groups: the groups the change should favour.
+    num_groups: G.
+    top: how many leading directions to choose from.
+
+  Returns:
+    ``{"component": k, "correlations": (all directions,), "explained_variance": (…,),
+    "component_loadings": u_k, "direction": (G,)}``, the direction being ``v_k``'s loadings averaged
+    per group, centred (so the total weight does not change) and signed so that the target groups
+    gain on average.
+  """
+  pcs = susceptibility.principal_directions(chi)
+  indicator = np.isin(groups, target_groups).astype(float)
+  corr = np.array([np.corrcoef(v, indicator)[0, 1] for v in pcs["Vt"]])
+  k = int(np.nanargmax(np.abs(corr[:top])))
+  loading = group_response(pcs["Vt"][k], groups, num_groups)[0]
+  direction = loading - loading.mean()
+  if direction[target_groups].mean() < direction.mean():
+    direction = -direction
+  return {
+    "component": k,
+    "correlations": corr,
+    "explained_variance": pcs["explained_variance"],
+    "component_loadings": pcs["U"][:, k],
+    "direction": direction,
+  }
+
+
+def step_limit(base, change) -> float:
+  """The largest ``s`` with ``base + s · change ≥ 0`` everywhere (inf when nothing decreases)."""
+  falling = change < 0
+  return np.min(base[falling] / -change[falling]) if np.any(falling) else np.inf
+
+
+def random_change(base, size: float, generator: np.random.Generator, strength: float) -> np.ndarray:
+  """A control for a re-weighting: a centred Gaussian change of ``base`` with ``Σ|change| = size``,
+  shrunk to ``strength`` times :func:`step_limit` when that size would make a weight negative (the
+  control then moves less, which its total variation shows)."""
+  r = generator.normal(size=np.shape(base))
+  r = r - r.mean()
+  r = r * size / np.abs(r).sum()
+  if np.any(base + r < 0):
+    r = r * strength * step_limit(base, r)
+  return r

@@ -103,9 +103,7 @@ class Config(config.Settings):
   noise: str = config.setting(
     "rademacher", "Non-Gaussian noise of the linear-process task.", choices=fourier.NOISES
   )
-  width: int = config.setting(
-    64, "Hidden units of the two-layer network.", check=config.at_least(1)
-  )
+  width: int = config.setting(64, "Hidden units of the two-layer net.", check=config.at_least(1))
   activation: str = config.setting("relu", "Hidden activation.", choices=sorted(ACTIVATIONS))
   batch_size: int = config.setting(
     64,

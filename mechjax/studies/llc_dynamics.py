@@ -129,8 +129,7 @@ class Config(config.Settings):
         "the teacher's rank (the number of singular_values) must not "
         f"exceed the narrowest of widths ({min(self.widths)})",
       )
-    if max(self.batch_size, self.sgld.batch_size) > self.n:
-      raise ConfigError(("batch_size", "sgld.batch_size", "n"), "batch sizes must not exceed n")
+    self.check_at_most(("batch_size", "sgld.batch_size"), "n")
 
   @property
   def rank(self) -> int:
@@ -270,76 +269,48 @@ def summarize(cfg: Config, history: list[dict], rows: list[dict]) -> dict:
 def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   """Loss (log scale) and learned modes over training; the LLC per checkpoint with the closed-form
   ``λ(r)``."""
-  plt = plotting.plt
   lams = closed_form_llcs(cfg)
-  fig, (ax_loss, ax_llc) = plt.subplots(1, 2, figsize=(13, 4.2))
+  fig, (ax_loss, ax_llc) = plotting.plt.subplots(1, 2, figsize=(13, 4.2))
   steps = np.array([h["step"] for h in history])
   loss = np.array([h["full_loss"] for h in history], float)
   modes = np.array([h["learned_modes"] for h in history], float)
   loss_lines = ax_loss.semilogy(steps, loss, color="C0", lw=1.4, alpha=0.8)  # one line per seed
   ax_loss.set_ylim(bottom=max(1e-6, 0.3 * np.nanmin(loss)))
-  ax_loss.set_xlabel("training step")
-  ax_loss.set_ylabel("½·mean ‖y − f(x)‖²")
   ax_modes = ax_loss.twinx()
   modes_lines = ax_modes.step(steps, modes, where="post", color="C3", lw=1.0, alpha=0.7)
-  ax_modes.set_ylabel("learned teacher modes r")
-  ax_modes.set_ylim(-0.2, cfg.rank + 0.5)
+  ax_modes.set(ylabel="learned teacher modes r", ylim=(-0.2, cfg.rank + 0.5))
   ax_modes.set_yticks(range(cfg.rank + 1))
-  ax_loss.legend(
-    [loss_lines[0], modes_lines[0]],
-    ["full-data loss", "learned modes r"],
-    fontsize=8,
-    loc="upper right",
-  )
-  ax_loss.set_title(
-    f"deep linear network {'-'.join(map(str, cfg.widths))}, teacher rank {cfg.rank}", fontsize=10
-  )
-  ax_loss.grid(alpha=0.3)
+  title = f"deep linear network {'-'.join(map(str, cfg.widths))}, teacher rank {cfg.rank}"
+  plotting.label_panel(ax_loss, title, "½·mean ‖y − f(x)‖²", "training step", legend=None)
+  labels = ["full-data loss", "learned modes r"]
+  ax_loss.legend([loss_lines[0], modes_lines[0]], labels, fontsize=8, loc="upper right")
 
   floor = -0.25 * lams[-1]
-  styles = ["-", "--", ":", "-."]
   for j, gamma in enumerate(cfg.localizations):
     for seed in range(cfg.run.num_seeds):
       g = [r for r in rows if r["localization"] == gamma and r["seed"] == seed]  # by step
       xs = np.array([r["step"] for r in g])
       mean, sd = np.array([r["llc_mean"] for r in g]), np.array([r["llc_std"] for r in g])
-      shown = mean >= floor
-      ax_llc.errorbar(
-        xs[shown],
-        mean[shown],
-        yerr=sd[shown],
-        fmt="o",
-        ls=styles[seed % 4],
-        ms=3,
-        lw=1.1,
-        capsize=2,
-        color=f"C{j}",
-        label=f"γ = {gamma:g}, seed {seed}",
-      )
+      shown, label = mean >= floor, f"γ = {gamma:g}, seed {seed}"
+      style = dict(ls=["-", "--", ":", "-."][seed % 4], ms=3, lw=1.1, capsize=2, color=f"C{j}")
+      ax_llc.errorbar(xs[shown], mean[shown], yerr=sd[shown], fmt="o", label=label, **style)
       if (~shown).any():
+        label = f"γ = {gamma:g}: below {floor:.1f} (chains leave a saddle)" if seed == 0 else None
         ax_llc.plot(
-          xs[~shown],
-          np.full((~shown).sum(), floor),
-          "v",
-          color=f"C{j}",
-          ms=6,
-          label=f"γ = {gamma:g}: below {floor:.1f} (chains leave a saddle)" if seed == 0 else None,
+          xs[~shown], np.full((~shown).sum(), floor), "v", ms=6, color=f"C{j}", label=label
         )
   for r, lam in enumerate(lams):
     ax_llc.axhline(lam, color="gray", ls=":", lw=1)
-    ax_llc.text(
-      steps[0], lam, f"λ(r={r}) = {lam:g}", va="bottom", ha="left", fontsize=7, color="gray"
-    )
+    ax_llc.text(steps[0], lam, f"λ(r={r}) = {lam:g}", va="bottom", fontsize=7, color="gray")
   ax_llc.axhline(0, color="black", lw=0.6, alpha=0.4)
   ax_llc.set_ylim(floor * 1.15, lams[-1] * 1.3)
-  ax_llc.set_xlabel("training step")
-  ax_llc.set_ylabel("LLC estimate (bar: sd over chains)")
-  ax_llc.set_title(
+  title = (
     f"SGLD: {cfg.sgld.num_chains} chains × {cfg.sgld.num_draws} draws, nβ = {cfg.nbeta_value:.0f}, "
-    f"ε = {cfg.sgld.step_size:g}",
-    fontsize=10,
+    f"ε = {cfg.sgld.step_size:g}"
   )
-  ax_llc.grid(alpha=0.3)
+  plotting.label_panel(
+    ax_llc, title, "LLC estimate (bar: sd over chains)", "training step", legend=None
+  )
   ax_llc.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   return plotting.save(fig, path)
 

@@ -3,38 +3,27 @@ their principal directions, and retraining on data re-weighted along the directi
 (Wang & Murfet 2026, arXiv:2601.13548; per-token susceptibilities as in Baker et al. 2025,
 arXiv:2504.18274).
 
-Data (:mod:`mechjax.data.repeats`): uniform random sequences, a fraction of which repeat their first
-half. Induction heads let a model copy in the second half; the **repeat loss** (next-token loss at
-the induction positions of repeated sequences) falls from ``ln(vocab)`` when they form, and the
-**prefix-matching score** of the best second-layer head (attention from a token to the one after
-its earlier occurrence) rises. The **formation step** of a run is the first step (linearly
-interpolated between logged steps) at which its repeat loss falls below ``formation_fraction ·
-ln(vocab)``; the fraction is fixed in advance (default one half), not fitted to the outcome.
+The data, its induction positions and its token groups (repeated or not × position):
+:mod:`mechjax.data.repeats`. The **repeat loss** is the next-token loss at the induction positions
+of repeated sequences; the **prefix-matching score** is the best last-layer head's. A run's
+**formation step** is the first step (interpolated between logged steps) at which its repeat loss
+falls below ``formation_fraction · ln(vocab)``, a fraction fixed in advance, not fitted.
 
-The study:
-
-1. **Unweighted run:** ``num_seeds`` seeds trained online (a fresh batch from each step's key).
-2. **Per-token susceptibilities** at the unweighted seed 0's checkpoint ``chi_step`` (before
-   formation): every attention head is a component (a 0/1 mask over its query, key, value and output
-   weights), and all heads are sampled at once
-   (:func:`mechjax.slt.susceptibility.estimate_susceptibilities`). The posterior is the localized,
-   tempered one on a fixed sample of ``n`` sequences; the probes are the per-token losses of
+1. ``num_seeds`` seeds train online, unweighted (a fresh batch from each step's key).
+2. At unweighted seed 0's checkpoint ``chi_step``, every attention head is a component (a 0/1 mask
+   over its weights) of :func:`mechjax.slt.susceptibility.estimate_susceptibilities`, on the
+   localized, tempered posterior of ``n`` fixed sequences; the probes are the per-token losses of
    ``probe_sequences`` sequences, half of them repeated. ``χ`` is heads × tokens.
-3. **PCA** of ``χ`` (:func:`mechjax.slt.susceptibility.principal_directions`): the **induction
-   direction** is the one of the ``top_components`` leading principal directions whose token
-   loadings correlate most (in absolute value) with the induction-position indicator. Re-weighting
-   along a token direction ``v`` is patterning's minimum-norm answer for moving the components along
-   the matching ``u`` (``χ⁺u_k = v_k/s_k``).
-4. **Re-weighting.** Tokens are grouped by (repeated or not, position); a group's change is its mean
-   loading, centred so the total weight is unchanged, and signed so that *promote* puts more weight
-   on the induction positions. Both *promote* and *suppress* move by the same amount, ``strength``
-   times the largest step that keeps every group's weight non-negative. Training then weights each
-   token's loss by its group's new weight over its base weight (the same expected loss as resampling
-   tokens).
-5. **Retraining** ``num_seeds`` seeds per condition with the unweighted run's seed keys, and
-   comparing formation steps seed by seed. A fourth condition, ``random``, moves the same total
-   variation of weight along a random direction: the control for "any re-weighting of this size
-   shifts formation".
+3. The **induction direction** is the one of ``χ``'s ``top_components`` leading principal
+   directions whose token loadings correlate most with the induction positions: patterning's
+   minimum-norm answer for moving the components along the matching ``u`` (``χ⁺u_k = v_k/s_k``).
+   Its loadings, averaged per group, centred and signed to favour the induction positions, are the
+   group change.
+4. *promote* and *suppress* move the group distribution by ± ``strength`` times the largest step
+   that keeps it non-negative; the control *random* moves the same total variation along a random
+   direction. Each token's loss is weighted by its group's new weight over its base weight.
+5. ``num_seeds`` seeds retrain per condition with the unweighted run's seed keys, and the formation
+   steps are compared seed by seed.
 
 Outputs in the workdir: ``metrics.jsonl``, ``susceptibility.npz`` (χ, its standard error, the heads'
 LLCs; reused on resume), ``summary.json`` and ``figures/induction_{susceptibility,formation}.png``.
@@ -54,7 +43,6 @@ import optax
 from mechjax import config
 from mechjax import plotting
 from mechjax import rng
-from mechjax.config import ConfigError
 from mechjax.data import repeats
 from mechjax.models import transformer
 from mechjax.slt import patterning
@@ -62,6 +50,7 @@ from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
 from mechjax.studies import frame
 from mechjax.train import loop
+from mechjax.train import metrics
 
 NAME = "patterning_induction"
 CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
@@ -153,11 +142,7 @@ class Config(config.Settings):
 
   def validate(self):
     self.run.check_checkpoint("chi_step", self.chi_step)
-    if self.sgld.batch_size > self.n:
-      raise ConfigError(
-        ("sgld.batch_size", "n"),
-        f"sgld batch_size={self.sgld.batch_size} must not exceed n={self.n}",
-      )
+    self.check_at_most(("sgld.batch_size",), "n")
 
   @property
   def nbeta(self) -> float:
@@ -167,36 +152,11 @@ class Config(config.Settings):
   def num_groups(self) -> int:
     return 2 * (self.length - 1)
 
-  @property
-  def induction_groups(self) -> np.ndarray:
-    """The groups of the induction positions of repeated sequences."""
-    return self.length - 1 + np.nonzero(repeats.induction_mask(self.length))[0]
-
 
 def model_of(cfg: Config) -> transformer.Transformer:
-  """The attention-only transformer with one next-token readout."""
-  return transformer.Transformer(
-    vocab_size=cfg.vocab,
-    heads=(("token", cfg.vocab),),
-    d_model=cfg.d_model,
-    num_layers=cfg.num_layers,
-    num_heads=cfg.num_heads,
-    max_len=cfg.length,
-    attn_only=True,
+  return transformer.attention_only(
+    cfg.vocab, cfg.length, cfg.d_model, cfg.num_layers, cfg.num_heads
   )
-
-
-def group_ids(cfg: Config, repeat_B: np.ndarray) -> np.ndarray:
-  """The group of every (sequence, position) token, ``(B, length − 1)``: ``repeat·(length − 1) +
-  t``."""
-  t = np.arange(cfg.length - 1)
-  return np.asarray(repeat_B)[:, None] * (cfg.length - 1) + t[None]
-
-
-def base_distribution(cfg: Config) -> np.ndarray:
-  """Each group's share of the training tokens."""
-  kind = np.repeat([1 - cfg.repeat_fraction, cfg.repeat_fraction], cfg.length - 1)
-  return kind / (cfg.length - 1)
 
 
 def fixed_tokens(cfg: Config, stream: str, num: int) -> dict[str, jax.Array]:
@@ -275,73 +235,21 @@ def susceptibilities(cfg: Config, net: transformer.Transformer, w_star) -> dict[
     "chi": res.chi[:, 0],
     "standard_error": res.standard_error[:, 0],
     "llc": res.llc,
-    "groups": group_ids(cfg, np.repeat([1, 0], half)).reshape(-1),
+    "groups": repeats.token_groups(np.repeat([1, 0], half), cfg.length).reshape(-1),
     "heads": np.array(res.components),
-  }
-
-
-def induction_direction(cfg: Config, chi: np.ndarray, groups: np.ndarray) -> dict:
-  """The principal direction of ``χ`` most correlated with the induction positions, as a group
-  change (its loadings averaged per group, centred, signed to favour the induction positions)."""
-  pcs = sus.principal_directions(chi)
-  induction = np.isin(groups, cfg.induction_groups).astype(float)
-  corr = np.array([np.corrcoef(v, induction)[0, 1] for v in pcs["Vt"]])
-  k = int(np.nanargmax(np.abs(corr[: cfg.top_components])))
-  loading = patterning.group_response(pcs["Vt"][k], groups, cfg.num_groups)[0]
-  direction = loading - loading.mean()
-  if direction[cfg.induction_groups].mean() < direction.mean():
-    direction = -direction
-  return {
-    "component": k,
-    "correlations": corr,
-    "explained_variance": pcs["explained_variance"],
-    "head_loadings": pcs["U"][:, k],
-    "direction": direction,
   }
 
 
 def reweightings(cfg: Config, direction: np.ndarray) -> dict[str, np.ndarray]:
   """Group distributions for promote and suppress, ``base ± s·direction`` with ``s`` = strength ×
   the largest step that keeps both non-negative, and the control ``random``: a random centred
-  direction (fixed by the stream ``"random-control"``) rescaled to the same total variation, so that
-  it moves as much weight as the others, only not along χ."""
-  base = base_distribution(cfg)
-  limit = lambda d: np.min(base[d < 0] / -d[d < 0]) if np.any(d < 0) else np.inf
-  s = cfg.strength * min(limit(direction), limit(-direction))
-  step = s * direction
-  r = rng.numpy(cfg.run.seed, "random-control").normal(size=direction.shape)
-  r = r - r.mean()
-  r = r * np.abs(step).sum() / np.abs(r).sum()
-  if np.any(base + r < 0):  # keep it a distribution: shrink, and say so through the total variation
-    r = r * cfg.strength * limit(r)
+  change (the stream ``"random-control"``) of the same total variation."""
+  base = repeats.group_shares(cfg.length, cfg.repeat_fraction)
+  limit = min(patterning.step_limit(base, direction), patterning.step_limit(base, -direction))
+  step = cfg.strength * limit * direction
+  generator = rng.numpy(cfg.run.seed, "random-control")
+  r = patterning.random_change(base, np.abs(step).sum(), generator, cfg.strength)
   return {"unweighted": base, "promote": base + step, "suppress": base - step, "random": base + r}
-
-
-def formation_step(steps: np.ndarray, loss: np.ndarray, threshold: float) -> float | None:
-  """The first step at which ``loss`` is at or below ``threshold``, interpolated linearly between
-  the logged steps; None if it never is."""
-  below = np.nonzero(loss <= threshold)[0]
-  if below.size == 0:
-    return None
-  i = int(below[0])
-  if i == 0:
-    return float(steps[0])
-  s0, s1, l0, l1 = steps[i - 1], steps[i], loss[i - 1], loss[i]
-  return float(s0 + (s1 - s0) * (l0 - threshold) / (l0 - l1))
-
-
-def formation_shift(steps: list, baseline: list) -> dict:
-  """A condition's formation steps minus the unweighted run's, seed by seed (the seeds where both
-  formed), and how many moved earlier or later."""
-  d = np.array([a - b for a, b in zip(steps, baseline) if a is not None and b is not None])
-  return {
-    "per_seed": d,
-    "mean": d.mean() if d.size else None,
-    "sd": d.std(ddof=1) if d.size > 1 else None,
-    "seeds_compared": d.size,
-    "earlier_in": np.sum(d < 0),
-    "later_in": np.sum(d > 0),
-  }
 
 
 @frame.study
@@ -356,7 +264,10 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     lambda: susceptibilities(cfg, net, unweighted.params_of(0, cfg.chi_step)),
     fmt="npz",
   )
-  direction = induction_direction(cfg, chi["chi"], chi["groups"])
+  ind_groups = repeats.induction_groups(cfg.length)
+  direction = patterning.principal_group_change(
+    chi["chi"], chi["groups"], ind_groups, cfg.num_groups, cfg.top_components
+  )
   dists = reweightings(cfg, direction["direction"])
   base = dists["unweighted"]
   others = [c for c in cfg.conditions if c != "unweighted"]
@@ -368,7 +279,9 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   for c in cfg.conditions:
     steps = np.array([h["step"] for h in histories[c]], float)
     loss = np.array([h["repeat_loss"] for h in histories[c]], float)
-    formation[c] = [formation_step(steps, loss[:, s], threshold) for s in range(cfg.run.num_seeds)]
+    formation[c] = [
+      metrics.crossing_step(steps, loss[:, s], threshold) for s in range(cfg.run.num_seeds)
+    ]
   summary = {
     "nbeta": cfg.nbeta,
     "chi_step": cfg.chi_step,
@@ -377,13 +290,13 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "induction_component": direction["component"],
     "component_correlations": direction["correlations"],
     "explained_variance": direction["explained_variance"],
-    "head_loadings": dict(zip(chi["heads"], direction["head_loadings"])),
+    "head_loadings": dict(zip(chi["heads"], direction["component_loadings"])),
     "group_distributions": {c: dists[c] for c in cfg.conditions},
     "total_variation": {c: 0.5 * np.abs(dists[c] - base).sum() for c in cfg.conditions},
-    "induction_weight": {c: dists[c][cfg.induction_groups].sum() for c in cfg.conditions},
+    "induction_weight": {c: dists[c][ind_groups].sum() for c in cfg.conditions},
     "formation_step": formation,
     "formation_shift_vs_unweighted": {
-      c: formation_shift(formation[c], formation["unweighted"]) for c in others
+      c: metrics.paired_shift(formation[c], formation["unweighted"]) for c in others
     },
     "final": {
       c: {k: histories[c][-1][k] for k in ("repeat_loss", "random_loss", "prefix_matching")}
@@ -439,70 +352,48 @@ def report(summary: dict) -> list[str]:
 def plot_susceptibility(cfg: Config, chi: dict, direction: dict, dists: dict, path: str) -> str:
   """χ averaged per group (heads × positions, for repeated and random sequences), and the
   re-weightings."""
-  plt = plotting.plt
   per_group = patterning.group_response(chi["chi"], chi["groups"], cfg.num_groups)
-  heads = list(chi["heads"])
-  t = cfg.length - 1
-  vmax = np.nanmax(np.abs(per_group))
-  fig, axes = plt.subplots(1, 3, figsize=(17, 4.2), gridspec_kw={"width_ratios": [1, 1, 1.1]})
+  t, k, vmax = cfg.length - 1, direction["component"], np.nanmax(np.abs(per_group))
+  fig, axes = plotting.plt.subplots(1, 3, figsize=(17, 4.2), width_ratios=[1, 1, 1.1])
   for ax, kind, title in ((axes[0], 1, "repeated sequences"), (axes[1], 0, "random sequences")):
-    im = ax.imshow(
-      per_group[:, kind * t : (kind + 1) * t], cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto"
-    )
-    ax.set_yticks(range(len(heads)), heads)
-    ax.set_xlabel("position t (predicting token t + 1)")
-    ax.axvline(cfg.length // 2 - 0.5, color="black", lw=0.8, ls=":")
-    ax.set_title(
-      f"χ per head and position, {title}\n(checkpoint {cfg.chi_step}, mean over probe sequences)",
-      fontsize=9,
-    )
+    im = ax.imshow(per_group[:, kind * t : (kind + 1) * t], "RdBu_r", vmin=-vmax, vmax=vmax)
+    ax.set(aspect="auto", yticks=range(len(chi["heads"])), yticklabels=list(chi["heads"]))
+    title = f"χ per head and position, {title}\n(checkpoint {cfg.chi_step}, mean over probes)"
+    plotting.label_panel(ax, title, "", "position t (predicting token t + 1)", grid="", legend=None)
   fig.colorbar(im, ax=axes[1], fraction=0.046)
-  ax = axes[2]
   base = dists["unweighted"]
   for c, color in (("promote", "C2"), ("suppress", "C3")):
-    ax.plot(np.arange(t), dists[c][t:] / base[t:], color=color, label=f"{c}: repeated")
-    ax.plot(np.arange(t), dists[c][:t] / base[:t], color=color, ls="--", label=f"{c}: random")
-  ax.axhline(1, color="gray", lw=0.8)
-  ax.axvline(cfg.length // 2 - 0.5, color="black", lw=0.8, ls=":")
-  k = direction["component"]
-  ax.set_title(
+    axes[2].plot(dists[c][t:] / base[t:], color=color, label=f"{c}: repeated")
+    axes[2].plot(dists[c][:t] / base[:t], color=color, ls="--", label=f"{c}: random")
+  axes[2].axhline(1, color="gray", lw=0.8)
+  for ax in axes:
+    ax.axvline(cfg.length // 2 - 0.5, color="black", lw=0.8, ls=":")
+  title = (
     f"token weights along PC{k + 1} ({100 * direction['explained_variance'][k]:.0f}% of variance, "
-    f"corr. {direction['correlations'][k]:+.2f} with induction positions)",
-    fontsize=9,
+    f"corr. {direction['correlations'][k]:+.2f} with induction positions)"
   )
-  ax.set_xlabel("position t")
-  ax.set_ylabel("weight / base weight")
-  ax.legend(fontsize=7)
-  ax.grid(alpha=0.3)
+  plotting.label_panel(axes[2], title, "weight / base weight", "position t")
   return plotting.save(fig, path)
 
 
 def plot_formation(
   cfg: Config, histories: dict, threshold: float, formation: dict, path: str
 ) -> str:
-  plt = plotting.plt
-  fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+  fig, axes = plotting.plt.subplots(1, 2, figsize=(12, 4.2))
   colors = {"unweighted": "gray", "promote": "C2", "suppress": "C3", "random": "C0"}
   for c in cfg.conditions:
-    steps = np.array([h["step"] for h in histories[c]])
+    steps = [h["step"] for h in histories[c]]
     for ax, key in zip(axes, ("repeat_loss", "prefix_matching")):
       y = np.array([h[key] for h in histories[c]], float)
       ax.plot(steps, y, color=colors[c], lw=0.8, alpha=0.6)
       ax.plot(steps, y.mean(1), color=colors[c], lw=2, label=c)
-    for f in formation[c]:
-      if f is not None:
-        axes[0].axvline(f, color=colors[c], lw=0.5, ls=":")
-  axes[0].axhline(
-    threshold, color="black", lw=0.8, ls="--", label=f"formation threshold {threshold:.2f}"
-  )
-  axes[0].set_ylabel("loss at induction positions of repeated sequences")
-  axes[1].set_ylabel("prefix-matching score (best layer-2 head)")
-  for ax in axes:
-    ax.set_xlabel("training step")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-  axes[0].set_title(
-    f"{cfg.run.num_seeds} seeds per condition (thin: each seed; dotted: formation steps)",
-    fontsize=10,
-  )
+    for f in [f for f in formation[c] if f is not None]:
+      axes[0].axvline(f, color=colors[c], lw=0.5, ls=":")
+  label = f"formation threshold {threshold:.2f}"
+  axes[0].axhline(threshold, color="black", lw=0.8, ls="--", label=label)
+  title = f"{cfg.run.num_seeds} seeds per condition (thin: each seed; dotted: formation steps)"
+  ylabel = "loss at induction positions of repeated sequences"
+  plotting.label_panel(axes[0], title, ylabel, "training step", legend=8)
+  ylabel = "prefix-matching score (best layer-2 head)"
+  plotting.label_panel(axes[1], "", ylabel, "training step", legend=8)
   return plotting.save(fig, path)

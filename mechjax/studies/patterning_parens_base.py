@@ -25,7 +25,6 @@ import scipy.stats
 
 from mechjax import config
 from mechjax import rng
-from mechjax.config import ConfigError
 from mechjax.data import parens
 from mechjax.models.transformer import Transformer
 from mechjax.slt import patterning
@@ -100,9 +99,7 @@ class ParensSettings(config.Settings):
   llc_draws: int = config.setting(
     1000, "SGLD draws per chain for the reference solutions' LLCs.", check=config.at_least(1)
   )
-  ridge: float = config.setting(
-    0.0, "Ridge ρ of the patterning inverse.", check=config.non_negative
-  )
+  ridge: float = config.setting(0.0, "The patterning inverse's ridge ρ.", check=config.non_negative)
   perfect_accuracy: float = config.setting(
     0.99,
     "Held-out accuracy at which a seed counts as perfect in distribution.",
@@ -110,11 +107,7 @@ class ParensSettings(config.Settings):
   )
 
   def validate(self):
-    if max(self.batch_size, self.sgld.batch_size) > self.n:
-      raise ConfigError(
-        ("batch_size", "sgld.batch_size", "n"),
-        f"batch sizes ({self.batch_size}, {self.sgld.batch_size}) must not exceed n={self.n}",
-      )
+    self.check_at_most(("batch_size", "sgld.batch_size"), "n")
 
   @property
   def nbeta(self) -> float:

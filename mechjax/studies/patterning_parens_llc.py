@@ -210,37 +210,28 @@ def fisher_p(condition: dict, unweighted: dict, algorithm: str) -> float:
 def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
   """Four panels: the base-rate sweep; each group's LLC response at both references (from the
   analysis ``pat``); predicted against measured ``Δλ``; and what every condition's seeds learned."""
-  plt = plotting.plt
-  ratios = [0.9, 1.6, 1.0, 1.0]
-  fig, axes = plt.subplots(1, 4, figsize=(21, 4.8), gridspec_kw={"width_ratios": ratios})
+  fig, axes = plotting.plt.subplots(1, 4, figsize=(21, 4.8), width_ratios=[0.9, 1.6, 1.0, 1.0])
   ax = axes[0]
-  shares = [row["counts_share"] for row in sweep]
-  ax.plot(
-    [row["fraction"] for row in sweep], shares, "o-", color="C2", label="seeds learning counts"
-  )
+  fractions, shares = [row["fraction"] for row in sweep], [row["counts_share"] for row in sweep]
+  ax.plot(fractions, shares, "o-", color="C2", label="seeds learning counts")
   for row in sweep:
     rates = np.asarray(row["counts_rate"], float)
     ax.scatter(np.full(rates.size, row["fraction"]), rates, s=8, color="gray", alpha=0.5)
   ax.axhspan(0.25, 0.75, color="C0", alpha=0.08, label="target base rate 25–75%")
   ax.set_ylim(-0.03, 1.03)
-  plotting.label_panel(
-    ax,
-    "base-rate sweep, unweighted",
+  ylabel, xlabel = (
     "counts share (line) / counts rate (dots)",
     "share of negatives with a negative prefix",
   )
+  plotting.label_panel(ax, "base-rate sweep, unweighted", ylabel, xlabel)
 
   ax, names, responses = axes[1], pat["group_names"], pat["responses"]
   x = np.arange(len(names))
   for i, a in enumerate(parens.ALGORITHMS):
+    r, label = responses[a], f"dλ/dh at the {a} solution (λ = {responses[a]['llc']:.1f})"
+    yerr, color = 2 * np.asarray(r["dllc_implicit_se"]), shared.COLORS[a]
     ax.bar(
-      x + (i - 0.5) * 0.4,
-      responses[a]["dllc_total"],
-      0.4,
-      yerr=2 * np.asarray(responses[a]["dllc_implicit_se"]),
-      capsize=1.5,
-      color=shared.COLORS[a],
-      label=f"dλ/dh at the {a} solution (λ = {responses[a]['llc']:.1f})",
+      x + (i - 0.5) * 0.4, r["dllc_total"], 0.4, yerr=yerr, capsize=1.5, color=color, label=label
     )
   ax.axhline(0, color="black", lw=0.6)
   ax.set_xticks(x, names, rotation=90, fontsize=6)
@@ -269,7 +260,4 @@ def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
   ax.set_ylim(0, 1.3 * max(bottom.max(), 1))
   plotting.label_panel(ax, "what the retrained seeds learned", "seeds", grid="", legend=None)
   ax.legend(fontsize=7, loc="upper center", ncol=3)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)

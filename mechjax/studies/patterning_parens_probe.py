@@ -209,10 +209,8 @@ def report(summary: dict) -> list[str]:
 def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   """Group responses of φ_counts (±2 s.e.), the group distributions, and the counts rate over
   training."""
-  plt = plotting.plt
-  fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), gridspec_kw={"width_ratios": [1.3, 1.3, 1]})
-  j = np.asarray(pat["group_response"])[0]
-  se = np.asarray(pat["group_response_se"])[0]
+  fig, axes = plotting.plt.subplots(1, 3, figsize=(17, 4.6), width_ratios=[1.3, 1.3, 1])
+  j, se = np.asarray(pat["group_response"])[0], np.asarray(pat["group_response_se"])[0]
   order = np.argsort(j)
   x, names = np.arange(len(order)), [pat["group_names"][i] for i in order]
   ax = axes[0]
@@ -244,7 +242,4 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   ax.set_ylim(-0.03, 1.03)
   title = f"{cfg.run.num_seeds} seeds per condition (thin: each seed)"
   plotting.label_panel(ax, title, "counts rate on probes", "training step")
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)

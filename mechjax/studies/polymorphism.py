@@ -96,9 +96,7 @@ class Config(config.Settings):
     256, "Held-out sequences on which everything is measured.", check=config.at_least(1)
   )
   sae_latents: int = config.setting(256, "SAE dictionary size.", check=config.at_least(1))
-  sae_top_k: int = config.setting(
-    8, "Active latents per input of the TopK SAEs.", check=config.at_least(1)
-  )
+  sae_top_k: int = config.setting(8, "Active latents per TopK SAE input.", check=config.at_least(1))
   sae_steps: int = config.setting(1000, "SAE training steps.", check=config.at_least(1))
   sae_batch_size: int = config.setting(256, "Activations per SAE step.", check=config.at_least(1))
   sae_learning_rate: float = config.setting(1e-3, "SAE Adam step size.", check=config.positive)

@@ -98,22 +98,15 @@ def _site_value(m: dict, key: str | tuple[str, ...]):
 
 def plot_all(cfg, summary: dict, histories: dict, rotations: dict, figures: str) -> list[str]:
   """Writes the five figures into the folder ``figures``; returns their paths."""
-  opts = summary["optimizers"]
-  sites = summary["sites"]
-  panels = [
-    (
-      f"{head} head",
-      [
-        plotting.Curve(
-          np.array([r["step"] for r in histories[o]]),
-          np.array([r[f"test_{head}_acc"] for r in histories[o]], dtype=float),
-          o,
-        )
-        for o in opts
-      ],
+  opts, sites = summary["optimizers"], summary["sites"]
+
+  def accuracy(o: str, head: str) -> plotting.Curve:
+    rows = histories[o]
+    return plotting.Curve(
+      np.array([r["step"] for r in rows]), np.array([r[f"test_{head}_acc"] for r in rows], float), o
     )
-    for head in ("token", "depth", "valid")
-  ]
+
+  panels = [(f"{h} head", [accuracy(o, h) for o in opts]) for h in ("token", "depth", "valid")]
   path = lambda name: os.path.join(figures, name)
   written = [
     plotting.curves_figure(panels, path("training.png"), ylabel="test accuracy", xlabel="steps")
@@ -123,17 +116,10 @@ def plot_all(cfg, summary: dict, histories: dict, rotations: dict, figures: str)
     ("haar_tests.png", "{}: p-values (median over seeds / pairs)", P_VALUES, "p-value", (0, 0.05)),
     ("steering_transfer.png", "{}", STEERING, "effect / target's own vector", (0, 1)),
   ):
-    panels = [
-      (
-        title.format(o),
-        sites,
-        {
-          label: [_site_value(s["sites"][site], key) for site in sites]
-          for label, key in series.items()
-        },
-      )
-      for o, s in opts.items()
-    ]
+    by_label = lambda s: {
+      label: [_site_value(s["sites"][site], key) for site in sites] for label, key in series.items()
+    }
+    panels = [(title.format(o), sites, by_label(s)) for o, s in opts.items()]
     written.append(plotting.bars_figure(panels, path(name), ylabel=ylabel, hlines=hlines))
   # The fitted rotation from seed 0 to seed 1 at the last site, and a Haar sample (see captions).
   site = sites[-1]

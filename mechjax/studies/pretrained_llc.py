@@ -164,8 +164,9 @@ def report(summary: dict) -> list[str]:
 
 
 def plot(names: list[str], chi: np.ndarray, path: str) -> str:
-  plt = plotting.plt
-  fig, ax = plt.subplots(figsize=(min(16, 4 + 0.08 * chi.shape[1]), 1.2 + 0.25 * len(names)))
+  fig, ax = plotting.plt.subplots(
+    figsize=(min(16, 4 + 0.08 * chi.shape[1]), 1.2 + 0.25 * len(names))
+  )
   vmax = float(np.max(np.abs(chi))) or 1.0
   im = ax.imshow(chi, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest")
   ax.set_yticks(range(len(names)), names, fontsize=7)

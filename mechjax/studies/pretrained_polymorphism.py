@@ -116,16 +116,9 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   chunks = lambda w: [w[i : i + cfg.batch_windows] for i in range(0, len(w), cfg.batch_windows)]
   acts = {}  # {(model, split): {site: (windows·seq_len, d)}}, float64, window-major
   for name, model, params in (("a", model_a, params_a), ("b", model_b, params_b)):
-    forward = jax.jit(  # one compilation per model
-      lambda p, t, model=model: {
-        s: x for s, x in model.apply({"params": p}, t, return_sites=True)[1].items() if s in sites
-      }
-    )
-    for split, w in (("fit", fit_w), ("held", held_w)):
-      parts = [jax.device_get(forward(params, c)) for c in chunks(w)]
-      acts[name, split] = {
-        s: np.concatenate([p[s] for p in parts]).reshape(-1, d).astype(np.float64) for s in sites
-      }
+    windows = {"fit": fit_w, "held": held_w}
+    by_split = pretrained.site_activations(model, params, windows, sites, cfg.batch_windows)
+    acts.update({(name, split): x for split, x in by_split.items()})
   # The concept: the fit windows' most frequent next token, labelled at every position but the last
   # of each window (which has no next token in the window).
   target_token = np.bincount(fit_w[:, 1:].ravel()).argmax()
@@ -231,10 +224,9 @@ def report(summary: dict) -> list[str]:
 
 def plot(summary: dict, path: str) -> str:
   """The three panels of the caption, over the sites."""
-  plt = plotting.plt
   sites, rows = list(summary["sites"]), list(summary["sites"].values())
   x = np.arange(len(sites))
-  fig, (ev, frob, steer) = plt.subplots(1, 3, figsize=(13, 3.6))
+  fig, (ev, frob, steer) = plotting.plt.subplots(1, 3, figsize=(13, 3.6))
   ev.plot(x, [r["identity_ev_held_out"] for r in rows], "o-", label="raw")
   ev.plot(x, [r["aligned_ev_held_out"] for r in rows], "o-", label="through R")
   ev.set_ylabel("explained variance (held out)")
@@ -253,7 +245,4 @@ def plot(summary: dict, path: str) -> str:
   for ax in (ev, frob, steer):
     ax.legend(fontsize=8)
     ax.set_xticks(x, sites, rotation=45, ha="right", fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return plotting.save(fig, path)

@@ -274,8 +274,7 @@ def report(summary: dict) -> list[str]:
 def plot_all(
   cfg: Config, curves: dict, seeds: list[dict], histories: dict, figures: str
 ) -> list[str]:
-  plt = plotting.plt
-  fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+  fig, axes = plotting.plt.subplots(1, 3, figsize=(16, 4.2))
   for name, style in (("clean", "-"), ("poisoned", "-"), ("continued", "--")):
     h = histories[name]
     x = np.array([r["step"] for r in h]) + (0 if name == "clean" else cfg.run.steps)
@@ -283,9 +282,8 @@ def plot_all(
       what = {"test_acc": "test accuracy", "attack_success": "attack success"}[key]
       axes[0].plot(x, [r[key][0] for r in h], style, color=colour, label=f"{what} ({name})")
   axes[0].axvline(cfg.run.steps, color="k", lw=0.8, ls=":")
-  axes[0].set_xlabel("step (fine-tuning starts at the dotted line)")
-  axes[0].set_title("seed 0: accuracy and attack success rate")
-  axes[0].legend(fontsize=7)
+  xlabel = "step (fine-tuning starts at the dotted line)"
+  plotting.label_panel(axes[0], "seed 0: accuracy and attack success rate", "", xlabel, grid="")
   onset = seeds[0]["onset"]
   for ax, name in ((axes[1], "poisoned"), (axes[2], "continued")):
     for i, m in enumerate(MEASURES):
@@ -293,11 +291,11 @@ def plot_all(
     if onset is not None:
       ax.axvline(onset["step"], color="k", lw=0.8, ls="--")
     ax.set_yscale("symlog", linthresh=1e-4)
-    ax.set_xlabel("fine-tuning step")
-    ax.set_ylabel("1 − similarity to the clean model")
     dashed = f" (dashed: onset, ASR ≥ {ONSET_ASR})" if onset and name == "poisoned" else ""
-    ax.set_title(f"{name} fine-tune{dashed}")
-  axes[1].legend(fontsize=7)
+    title, ylabel = f"{name} fine-tune{dashed}", "1 − similarity to the clean model"
+    plotting.label_panel(
+      ax, title, ylabel, "fine-tuning step", grid="", legend=7 if name == "poisoned" else None
+    )
   ymax = max(a.get_ylim()[1] for a in axes[1:])
   for a in axes[1:]:
     a.set_ylim(0, ymax)

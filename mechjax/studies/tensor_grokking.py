@@ -66,9 +66,7 @@ class Config(config.Settings):
     check=config.within(0, 1),
   )
   learning_rate: float = config.setting(1e-3, "AdamW step size.", check=config.positive)
-  weight_decay: float = config.setting(
-    0.3, "AdamW (decoupled) weight decay.", check=config.non_negative
-  )
+  weight_decay: float = config.setting(0.3, "AdamW weight decay.", check=config.non_negative)
   weight_decays: tuple[float, ...] = config.setting(
     (),
     "Several weight decays to train side by side in one vmapped program (each with the same "
@@ -262,13 +260,11 @@ def plot_all(
       ax.axvline(step, color="k", ls="--", lw=0.8)
       ax.text(step, 0.55, f"{label} \nstep {step} ", fontsize=8, ha="right")
   ax.plot(steps, np.full(len(steps), -0.03), "|", color="0.4", label="checkpoints")
-  ax.set_xlabel("step")
-  ax.set_ylabel("accuracy")
-  ax.set_title(
+  title = (
     f"Modular addition, P = {cfg.p}: memorisation, then generalisation\n"
-    f"(seed 0 solid, other seeds faint; dashed lines: seed 0's phases)",
-    fontsize=10,
+    "(seed 0 solid, other seeds faint; dashed lines: seed 0's phases)"
   )
+  plotting.label_panel(ax, title, "accuracy", "step", grid="", legend=None)
   ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.08), fontsize=8)
   written = [plotting.save(fig, path("grokking_accuracy.png"))]
 
@@ -283,16 +279,13 @@ def plot_all(
   i, j = np.triu_indices(len(steps), k=1)
   axes[0].scatter(lc[i, j], t[i, j], s=4, alpha=0.5)
   axes[0].plot([lc.min(), 1], [lc.min(), 1], "k:", lw=0.8)
-  axes[0].set_xlabel("logit cosine")
-  axes[0].set_ylabel("tensor similarity")
-  r = s0["pearson_r_vs_logit_cosine"]["tensor"]
-  axes[0].set_title(f"all checkpoint pairs: Pearson r = {r:.3f}")
+  title = f"all checkpoint pairs: Pearson r = {s0['pearson_r_vs_logit_cosine']['tensor']:.3f}"
+  plotting.label_panel(axes[0], title, "tensor similarity", "logit cosine", grid="", legend=None)
   for m in MEASURES:
     axes[1].plot(steps, sims[f"seed0/{m}"][:, -1], label=LABELS[m])
   for step, _ in phases:
     if step is not None:
       axes[1].axvline(step, color="k", ls="--", lw=0.8)
-  axes[1].set_xlabel("checkpoint step")
-  axes[1].set_ylabel("similarity to the final checkpoint")
-  axes[1].legend(fontsize=8)
+  ylabel = "similarity to the final checkpoint"
+  plotting.label_panel(axes[1], "", ylabel, "checkpoint step", grid="", legend=8)
   return [*written, plotting.save(fig, path("grokking_tensor_vs_logit.png"))]

@@ -77,6 +77,34 @@ def first_step(
   )
 
 
+def crossing_step(steps, values, threshold: float) -> float | None:
+  """The first step at which ``values`` (logged at ``steps``) is at or below ``threshold``,
+  interpolated linearly between the logged steps around it; None if it never is."""
+  below = np.nonzero(np.asarray(values) <= threshold)[0]
+  if below.size == 0:
+    return None
+  i = int(below[0])
+  if i == 0:
+    return float(steps[0])
+  s0, s1, l0, l1 = steps[i - 1], steps[i], values[i - 1], values[i]
+  return float(s0 + (s1 - s0) * (l0 - threshold) / (l0 - l1))
+
+
+def paired_shift(values: list, baseline: list) -> dict:
+  """``values`` minus ``baseline``, seed by seed, over the seeds where both are not None:
+  ``per_seed``, their ``mean`` and ``sd`` (None with too few seeds), ``seeds_compared``, and how
+  many moved below (``earlier_in``) or above (``later_in``) the baseline."""
+  d = np.array([a - b for a, b in zip(values, baseline) if a is not None and b is not None])
+  return {
+    "per_seed": d,
+    "mean": d.mean() if d.size else None,
+    "sd": d.std(ddof=1) if d.size > 1 else None,
+    "seeds_compared": d.size,
+    "earlier_in": np.sum(d < 0),
+    "later_in": np.sum(d > 0),
+  }
+
+
 class MetricsWriter:
   """Appends the lines of one run to a shared ``metrics.jsonl``.
 

@@ -7,6 +7,7 @@ import pytest
 from mechjax.align.haar import haar_orthogonal
 from mechjax.data import dyck
 from mechjax.models.transformer import Transformer
+from mechjax.models.transformer import attention_only
 from mechjax.models.transformer import fold_rmsnorm_gains
 from mechjax.models.transformer import head_masks
 from mechjax.models.transformer import next_token_losses
@@ -157,15 +158,8 @@ def test_next_token_losses_are_the_cross_entropy_of_each_next_token():
 
 @pytest.mark.slow
 def test_head_masks_select_exactly_one_head():
-  model = Transformer(
-    vocab_size=8,
-    heads=(("token", 8),),
-    d_model=8,
-    num_layers=2,
-    num_heads=2,
-    max_len=8,
-    attn_only=True,
-  )
+  model = attention_only(vocab=8, length=8, d_model=8, num_layers=2, num_heads=2)
+  assert model.attn_only and model.heads == (("token", 8),) and model.max_len == 8
   params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
   masks = head_masks(params, num_layers=2, num_heads=2)
   assert list(masks) == ["L0H0", "L0H1", "L1H0", "L1H1"]

@@ -121,3 +121,16 @@ def test_sample_weights_spread_group_mass_evenly():
   np.testing.assert_allclose(w, [0.25, 0.25, 0.2, 0.1, 0.1, 0.1])
   with pytest.raises(ValueError, match="no sample"):
     patterning.sample_weights([0.5, 0.2, 0.2, 0.1], ids)
+
+
+def test_step_limit_and_the_random_control_keep_weights_non_negative():
+  base = np.array([0.1, 0.2, 0.3, 0.4])
+  change = np.array([-0.05, -0.2, 0.1, 0.15])
+  assert patterning.step_limit(base, change) == pytest.approx(1.0)  # the second weight hits 0
+  assert patterning.step_limit(base, np.abs(change)) == np.inf
+  gen = np.random.default_rng(0)
+  small = patterning.random_change(base, 0.1, gen, strength=0.5)
+  assert abs(small.sum()) < 1e-12 and np.abs(small).sum() == pytest.approx(0.1)
+  big = patterning.random_change(base, 10.0, gen, strength=0.5)  # shrunk to half the limit
+  assert abs(big.sum()) < 1e-12 and np.all(base + big >= 0)
+  assert patterning.step_limit(base, big) == pytest.approx(2.0)
