@@ -16,6 +16,17 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
+# The tests' shapes are tiny, so compiling is most of the suite's time, and two settings halve it
+# in every test and every process a test starts: XLA's optimizations are off, and the CPU backend
+# emits fusions with its older emitters, which compile faster. The programs compute the same
+# functions (to rounding). Users' runs, the theory checks and the benchmarks keep XLA's defaults,
+# and tests marked compute_bound are compiled with the optimizations (the fixture below). Either
+# variable set by you (JAX_DISABLE_MOST_OPTIMIZATIONS=0, XLA_FLAGS naming the emitters) wins.
+if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+  _flags = os.environ.get("XLA_FLAGS", "")
+  os.environ["XLA_FLAGS"] = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+
 # Implicit rank promotion (adding a (n,) array to an (n, 1) one, say) is an error in every test and
 # in every process a test starts: a broadcast the code did not ask for is a bug.
 os.environ["JAX_NUMPY_RANK_PROMOTION"] = "raise"
@@ -49,6 +60,26 @@ def pytest_collection_modifyitems(config, items):
     path = os.path.relpath(str(item.path), _ROOT)
     if path in SMOKE and item.get_closest_marker("slow") is None:
       item.add_marker(pytest.mark.smoke)
+
+
+@pytest.fixture(autouse=True)
+def _optimized_when_compute_bound(request, monkeypatch):
+  """A test marked compute_bound, and every process it starts, compiles with XLA's optimizations.
+  JAX's in-memory caches do not tell the two apart, so they are cleared on the way in and out: a
+  later test must not reuse an optimized program (its rounding differs from what that test's
+  subprocesses compile)."""
+  if request.node.get_closest_marker("compute_bound") is None:
+    yield
+    return
+  import jax  # noqa: PLC0415  (after the environment above is set)
+
+  monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "0")
+  before = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", False)
+  jax.clear_caches()
+  yield
+  jax.config.update("jax_disable_most_optimizations", before)
+  jax.clear_caches()
 
 
 @pytest.fixture

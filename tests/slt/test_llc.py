@@ -36,6 +36,7 @@ SETTINGS = dict(step_size=1e-4, nbeta=sgld.default_nbeta(N), localization=1.0, b
 
 
 @pytest.mark.slow
+@pytest.mark.compute_bound
 def test_regular_model_gives_half_its_dimension():
   # At eps = 1e-5 the Euler discretisation inflates the posterior variance by about eps * nbeta / 4
   # = 0.5%, and the chains' spread (sd ~0.07 each) puts the 4-chain mean within ~0.04 of the truth.

@@ -105,7 +105,11 @@ def test_mala_every_kth_step_leaves_the_draws_alone_and_counts_its_steps():
     **SETTINGS,
   )
   every_step, every_16 = run(1), run(16)
-  np.testing.assert_array_equal(every_step.loss_trace, every_16.loss_trace)
+  # The same draws: the MALA diagnostic adds no arithmetic to them. The two are different programs,
+  # though, so the compiler may fuse, and round, the draws' arithmetic differently: bit for bit with
+  # XLA's default CPU emitters, to float32 rounding with the tests' faster-compiling ones
+  # (tests/conftest.py). Another stream of noise would differ at once by O(1).
+  np.testing.assert_allclose(every_step.loss_trace, every_16.loss_trace, rtol=1e-6, atol=0)
   assert every_step.diagnostics["mala_steps"] == 160
   assert every_16.diagnostics["mala_steps"] == 10  # steps 48, 64, ..., 192 of 40 + 160
   assert every_16.diagnostics["mala_every"] == 16
@@ -118,6 +122,7 @@ def test_mala_every_kth_step_leaves_the_draws_alone_and_counts_its_steps():
 
 
 @pytest.mark.slow
+@pytest.mark.compute_bound
 def test_new_defaults_give_the_same_llc_as_before_on_a_regular_model():
   # A regular model's LLC is d/2. The old defaults (MALA every step, L_B(w*) by a forward pass on
   # every step) and the new ones sample the same chains, so they agree to rounding, and both lie

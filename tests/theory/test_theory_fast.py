@@ -29,6 +29,7 @@ def _samples(beta, dims=DIMS, max_factor=40.0, num_spikes=4, num_seeds=16):
 
 
 @pytest.mark.slow
+@pytest.mark.compute_bound
 def test_weak_recovery_law_passes_and_an_injected_n2_fails():
   """The fast version of theory/phase_sample_complexity.py: N <= 32 with 4 spikes x 16 seeds has
   about twice the full check's bootstrap error (±0.8 against ±0.35), so the verdict allows a reach
@@ -44,6 +45,7 @@ def test_weak_recovery_law_passes_and_an_injected_n2_fails():
 
 
 @pytest.mark.slow
+@pytest.mark.compute_bound
 def test_no_spike_means_no_recovery():
   """Without a spike (beta = 0) the data are Gaussian: the same budget must not recover anything."""
   samples = _samples(beta=0.0, dims=(16,), max_factor=10.0, num_spikes=1, num_seeds=12)
@@ -102,6 +104,7 @@ def test_llc_of_a_regular_model_is_half_its_dimension():
 
 
 @pytest.mark.slow
+@pytest.mark.compute_bound
 def test_llc_of_the_w1_w2_squared_crossing():
   r = toy_models.estimate(toy_models.CASES[1])  # the full check's own settings (~7 s)
   # The theory tolerance is 20% against lambda = 1/4; the exact finite-nbeta value (0.238) bounds it

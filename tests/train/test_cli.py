@@ -114,6 +114,7 @@ def _final_state(wd, steps_args):
 
 
 @pytest.mark.slow
+@pytest.mark.compute_bound
 def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
   steps = 16000
   args = [*SMALL, f"--steps={steps}", "--log_every=1000", "--checkpoint_every=2000"]
