@@ -151,6 +151,23 @@ class SGLDSettings(config.Settings):
     check=config.one_of(CHAIN_LOOPS),
   )
 
+  microbatch_size: int | None = config.setting(
+    None,
+    "Split each step's minibatch into consecutive pieces of this many samples under a scan and "
+    "average their losses and gradients: the same draws to rounding, for a loss that is a mean "
+    "over samples, with one piece's activations in memory at a time; unset: the whole batch at "
+    "once. It does not change nβ. Must divide batch_size.",
+    check=config.at_least(1),
+    unset=0,
+  )
+
+  def validate(self):
+    if self.microbatch_size is not None and self.batch_size % self.microbatch_size:
+      raise config.ConfigError(
+        ("microbatch_size", "batch_size"),
+        f"microbatch_size={self.microbatch_size} must divide batch_size={self.batch_size}",
+      )
+
   @property
   def num_steps(self) -> int:
     """Steps per chain: burn-in and draws."""
@@ -308,11 +325,47 @@ def check_sampler(sample_batch, batch_size: int) -> None:
     )
 
 
-def potential_and_grad(loss_fn, w, w_star, batch, mask, nbeta: float, localization: float):
+def _pieces(batch, microbatch: int):
+  """``batch``'s leaves as ``(batch_size / microbatch, microbatch, ...)``: consecutive pieces."""
+  return jax.tree.map(lambda a: a.reshape((-1, microbatch) + a.shape[1:]), batch)
+
+
+def batch_value_and_grad(loss_fn, w, batch, microbatch: int | None = None):
+  """``(L_B(w), ∇L_B(w))``. With ``microbatch``, the batch in consecutive pieces of that many
+  samples under a ``lax.scan``, the pieces' losses and gradients averaged: the whole batch's, to
+  rounding, when the loss is a mean over samples, with only one piece's activations live at a
+  time."""
+  if microbatch is None:
+    return jax.value_and_grad(loss_fn)(w, batch)
+  pieces = _pieces(batch, microbatch)
+  num = jax.tree.leaves(pieces)[0].shape[0]
+  first = jax.eval_shape(loss_fn, w, jax.tree.map(lambda a: a[0], pieces))
+  zero = (jnp.zeros(first.shape, first.dtype), jax.tree.map(jnp.zeros_like, w))
+
+  def add(total, piece):
+    return jax.tree.map(jnp.add, total, jax.value_and_grad(loss_fn)(w, piece)), None
+
+  total, _ = jax.lax.scan(add, zero, pieces)
+  return jax.tree.map(lambda x: x / num, total)
+
+
+def batch_loss(loss_fn, w, batch, microbatch: int | None = None) -> jax.Array:
+  """``L_B(w)``, by pieces of ``microbatch`` samples under a ``lax.scan`` when it is set (the mean
+  of the pieces' losses, as :func:`batch_value_and_grad`)."""
+  if microbatch is None:
+    return loss_fn(w, batch)
+  losses = jax.lax.map(lambda piece: loss_fn(w, piece), _pieces(batch, microbatch))
+  return jnp.mean(losses)
+
+
+def potential_and_grad(
+  loss_fn, w, w_star, batch, mask, nbeta: float, localization: float, microbatch=None
+):
   """``(U, L_B, ∇U, ∇L_B)`` at ``w`` with ``U = nβ·L_B(w) + (γ/2)‖w − w*‖²``, the tempered,
   localised potential whose Gibbs measure ``exp(−U)`` SGLD samples (Lau et al. 2023, eq. 4); both
-  gradients are multiplied by ``mask`` (0 on the coordinates held at ``w*``)."""
-  loss, loss_grad = jax.value_and_grad(loss_fn)(w, batch)
+  gradients are multiplied by ``mask`` (0 on the coordinates held at ``w*``). ``microbatch``: see
+  :func:`batch_value_and_grad`."""
+  loss, loss_grad = batch_value_and_grad(loss_fn, w, batch, microbatch)
   diff = jax.tree.map(lambda a, b: a - b, w, w_star)
   value = nbeta * loss + 0.5 * localization * _tree_dot(diff, diff)
   loss_grad = jax.tree.map(lambda g, m: g * m, loss_grad, mask)
@@ -430,7 +483,7 @@ def sample_chain(
   loss_fn = lambda w, batch: full_loss(join_fixed(w, fixed), batch)  # noqa: E731
   potential = functools.partial(
     potential_and_grad, loss_fn, w_star=params_star, mask=mask, nbeta=s.nbeta,
-    localization=s.localization,
+    localization=s.localization, microbatch=s.microbatch_size,
   )  # fmt: skip
   eps = s.step_size
 
@@ -445,9 +498,7 @@ def sample_chain(
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
     out = {"loss": loss}
     if loss_at_star:
-      out["loss_at_star"] = (
-        full_loss(full_star, batch) if star_losses is None else jnp.mean(star_losses[idx])
-      )
+      out["loss_at_star"] = _loss_at_star(full_loss, full_star, batch, idx, star_losses, s)
     out |= {
       "distance": jnp.sqrt(_tree_dot(diff, diff)),
       "drift_norm": jnp.sqrt(_tree_dot(drift, drift)),
@@ -497,6 +548,15 @@ def _sampled_part(full_star: Params, param_mask: Params | None, support):
       is_leaf=lambda x: x is None,
     )
   return params_star, fixed, mask, (np.array(slots, np.int32), len(float_leaves))
+
+
+def _loss_at_star(loss_fn, w_star, batch, idx, star_losses, settings: SGLDSettings):
+  """The step's minibatch loss at ``w*``: the mean of the batch's entries of ``star_losses`` (every
+  sample's loss at ``w*``), or, without them, a forward pass at ``w*`` (by micro-batches when
+  ``settings.microbatch_size`` is set)."""
+  if star_losses is not None:
+    return jnp.mean(star_losses[idx])
+  return batch_loss(loss_fn, w_star, batch, settings.microbatch_size)
 
 
 def _minibatch(data, sampler, key: jax.Array, batch_size: int):
