@@ -61,6 +61,7 @@ PROGRAM_CACHE_SIZE = 16
 MALA_EVERY = 16
 STAR_LOSS_PATHS = ("auto", "per_sample", "per_step")
 CHAIN_LOOPS = ("auto", "vmap", "map")
+NOISE_IMPLS = ("threefry", "rbg", "unsafe_rbg")
 
 
 def default_nbeta(n: int) -> float:
@@ -151,6 +152,12 @@ class SGLDSettings(config.Settings):
     check=config.one_of(CHAIN_LOOPS),
   )
 
+  noise_impl: str = config.setting(
+    "threefry",
+    "PRNG of the Langevin noise: threefry draws it from the chain's key; rbg and unsafe_rbg from "
+    "a key of that implementation made from 128 bits of it (other numbers, as random).",
+    check=config.one_of(NOISE_IMPLS),
+  )
   microbatch_size: int | None = config.setting(
     None,
     "Split each step's minibatch into consecutive pieces of this many samples under a scan and "
@@ -493,7 +500,9 @@ def sample_chain(
     batch, idx = _minibatch(data, sampler, k_batch, s.batch_size)
     u_w, loss, grad_u, loss_grad = potential(w, batch=batch)
     v, precond = rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
-    w_new, noise = langevin_step(w, grad_u, precond, _normal(k_noise, w, noise_slots), mask, eps)
+    w_new, noise = langevin_step(
+      w, grad_u, precond, _normal(k_noise, w, noise_slots, s.noise_impl), mask, eps
+    )
     drift = jax.tree.map(lambda p, g: 0.5 * eps * p * s.nbeta * g, precond, loss_grad)
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
     out = {"loss": loss}
@@ -568,9 +577,12 @@ def _minibatch(data, sampler, key: jax.Array, batch_size: int):
   return jax.tree.map(lambda a: a[idx], data), idx
 
 
-def _normal(key: jax.Array, w: Params, noise_slots) -> Params:
+def _normal(key: jax.Array, w: Params, noise_slots, impl: str = "threefry") -> Params:
   """Standard normal noise shaped like ``w``, each leaf from its own slot's key
-  (:func:`_sampled_part`)."""
+  (:func:`_sampled_part`). With ``impl`` other than threefry the slots' keys are split from a key of
+  that implementation whose data are 128 bits of ``key``."""
+  if impl != "threefry":
+    key = jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=impl)
   slots, num_float = noise_slots
   leaves, treedef = jax.tree.flatten(w)
   keys = jax.random.split(key, num_float)[slots]

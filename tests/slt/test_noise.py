@@ -1,0 +1,49 @@
+"""The Langevin noise's PRNG: threefry from the chain's key, or rbg / unsafe_rbg derived from it."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mechjax import config
+from mechjax.slt import sgld
+
+W = {"a": jnp.zeros((64, 8)), "b": jnp.zeros(8)}
+SLOTS = (np.array([0, 1], np.int32), 2)
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_derived_noise_is_standard_normal_and_other_than_threefry(impl):
+  key = jax.random.key(0)
+  base = sgld._normal(key, W, SLOTS)
+  z = sgld._normal(key, W, SLOTS, impl)
+  again = sgld._normal(key, W, SLOTS, impl)
+  for a, b in zip(jax.tree.leaves(z), jax.tree.leaves(again)):
+    np.testing.assert_array_equal(a, b)  # a function of the key
+  flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(z)])
+  assert abs(flat.mean()) < 0.1 and abs(flat.std() - 1) < 0.1  # 520 standard normals
+  assert not np.allclose(z["a"], base["a"])
+  other = sgld._normal(jax.random.key(1), W, SLOTS, impl)
+  assert not np.allclose(z["a"], other["a"])
+
+
+def test_the_noise_impl_is_a_checked_setting():
+  s = sgld.SGLDSettings(step_size=1e-3, localization=1.0, batch_size=8, noise_impl="rbg")
+  assert s.noise_impl == "rbg"
+  with pytest.raises(config.ConfigError, match="noise_impl='philox'"):
+    sgld.SGLDSettings(step_size=1e-3, localization=1.0, batch_size=8, noise_impl="philox")
+
+
+def test_the_sampler_draws_its_noise_with_the_chosen_impl():
+  from mechjax.slt import llc as llc_lib
+
+  x = jax.random.normal(jax.random.key(0), (256, 3))
+  data, w = {"x": x, "y": x @ jnp.ones(3)}, {"w": jnp.ones(3)}
+  loss = lambda p, b: 0.5 * jnp.mean((b["x"] @ p["w"] - b["y"]) ** 2)  # noqa: E731
+  run = lambda impl: llc_lib.estimate_llc(  # noqa: E731
+    loss, w, data, key=jax.random.key(1), step_size=1e-3, localization=10.0, batch_size=16,
+    num_chains=2, num_draws=50, mala=False, noise_impl=impl,
+  )  # fmt: skip
+  threefry, rbg = run("threefry"), run("rbg")
+  assert not np.allclose(threefry.loss_trace, rbg.loss_trace)  # other noise, so other draws
+  assert np.isfinite(rbg.llc_mean) and rbg.llc_mean == pytest.approx(threefry.llc_mean, rel=0.5)
