@@ -8,6 +8,11 @@ because XLA runs one CPU device's elementwise work on one core.
 
 The split is one program that XLA partitions, not one program per device: every device holds its
 share of the axis, and everything else (data, ``w*``) is replicated.
+
+For a model too large to replicate, :func:`model_axis_spec` is the rule for a second mesh axis,
+``model``: each parameter-shaped leaf split FSDP-style along its largest dimension that the axis
+divides, small leaves replicated (:func:`model_axis_shardings` applies it to a tree). The sampler
+does not use it yet.
 """
 
 from __future__ import annotations
@@ -53,6 +58,38 @@ def along(sharding: NamedSharding, axis: int) -> NamedSharding:
 # transformer, 7 GB after an 8 × 600 susceptibility run, with glibc malloc and with jemalloc alike.
 # Without the YNN fusions it stays flat, at a cost of about a tenth of the speed on that workload.
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+MIN_MODEL_SHARDED = 4096  # entries: a smaller leaf is replicated over the model axis
+
+
+def model_axis_spec(
+  shape: tuple[int, ...], model_size: int, axis: str = "model", min_size: int = MIN_MODEL_SHARDED
+) -> PartitionSpec:
+  """How a parameter-shaped leaf of ``shape`` is split over a mesh axis ``axis`` of ``model_size``
+  devices, FSDP-style: along its largest dimension that ``model_size`` divides (the first of equal
+  ones), so that each device holds ``1/model_size`` of it; replicated (``PartitionSpec()``) when the
+  leaf has fewer than ``min_size`` entries, or when no dimension is divisible."""
+  if model_size < 1:
+    raise ValueError(f"model_size must be >= 1; got {model_size}")
+  if int(np.prod(shape, dtype=np.int64)) < min_size:
+    return PartitionSpec()
+  divisible = [d for d, n in enumerate(shape) if n % model_size == 0]
+  if not divisible:
+    return PartitionSpec()
+  d = max(divisible, key=lambda i: (shape[i], -i))
+  return PartitionSpec(*([None] * d), axis)
+
+
+def model_axis_shardings(tree, mesh, axis: str = "model", min_size: int = MIN_MODEL_SHARDED):
+  """A ``NamedSharding`` on ``mesh`` for every leaf of ``tree`` (arrays or shape-dtype structs) by
+  :func:`model_axis_spec`, with the mesh's ``axis`` as the model axis (every leaf replicated when
+  the mesh has no such axis)."""
+  size = dict(zip(mesh.axis_names, mesh.axis_sizes)).get(axis)
+  spec = lambda x: (  # noqa: E731
+    PartitionSpec() if size is None else model_axis_spec(np.shape(x), size, axis, min_size)
+  )
+  return jax.tree.map(lambda x: NamedSharding(mesh, spec(x)), tree)
 
 
 def compiler_options() -> dict | None:

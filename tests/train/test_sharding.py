@@ -85,3 +85,28 @@ def test_sharded_seeds_equal_the_unsharded_run():
 
 def test_one_device_never_shards():
   assert loop.seed_sharding(8, True) is None and loop.seed_sharding(8, None) is None
+
+
+def test_the_model_axis_splits_large_leaves_along_a_divisible_dimension():
+  import jax
+  import jax.numpy as jnp
+  from jax.sharding import AbstractMesh
+  from jax.sharding import PartitionSpec as P
+
+  from mechjax import sharding
+
+  assert sharding.model_axis_spec((64, 256), 4) == P(None, "model")  # the largest divisible
+  assert sharding.model_axis_spec((256, 64), 4) == P("model")
+  assert sharding.model_axis_spec((96, 96), 4) == P("model")  # equal ones: the first
+  assert sharding.model_axis_spec((90, 101), 4) == P()  # nothing divisible: replicated
+  assert sharding.model_axis_spec((16,), 4) == P()  # small: replicated
+  assert sharding.model_axis_spec((6, 4096), 4, axis="m") == P(None, "m")
+  with pytest.raises(ValueError, match="model_size must be >= 1; got 0"):
+    sharding.model_axis_spec((64, 64), 0)
+  params = {"w": jax.ShapeDtypeStruct((48, 512), jnp.float32), "b": jnp.zeros(512)}
+  mesh = AbstractMesh((2, 4), ("chains", "model"))
+  shardings = sharding.model_axis_shardings(params, mesh)
+  assert shardings["w"].shard_shape((48, 512)) == (48, 128)  # 1/4 of the leaf on each device
+  assert shardings["b"].shard_shape((512,)) == (512,)  # small: whole on every device
+  no_model = sharding.model_axis_shardings(params, AbstractMesh((8,), ("chains",)))
+  assert no_model["w"].shard_shape((48, 512)) == (48, 512)
