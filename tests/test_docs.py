@@ -56,15 +56,8 @@ PRETRAINED_PRINTS = [
 ]
 
 
-# Block 2 trains the checkpoint 300 steps and samples: compiled with XLA's optimizations.
 @pytest.mark.slow
-@pytest.mark.parametrize(
-  "index",
-  [
-    pytest.param(i, marks=[pytest.mark.compute_bound] * (i == 2))
-    for i in range(len(PRETRAINED_PRINTS))
-  ],
-)
+@pytest.mark.parametrize("index", range(len(PRETRAINED_PRINTS)))
 def test_each_example_in_pretrained_runs_alone(index, tmp_path):
   assert len(PRETRAINED) == len(PRETRAINED_PRINTS)
   r = _run(PRETRAINED[index], tmp_path)
