@@ -20,6 +20,7 @@ import time
 from absl import app
 from absl import flags
 
+from benchmarks import attention_workload
 from benchmarks import timing
 from mechjax.train import flags as shared
 
@@ -29,7 +30,6 @@ flags.DEFINE_integer("draws", 1000, "SGLD draws per chain.")
 flags.DEFINE_integer("repeats", 2, "Fresh processes per implementation, alternating; best kept.")
 flags.DEFINE_enum("worker", None, list(IMPLS), "Internal: run one implementation.")
 FLAGS = flags.FLAGS
-VOCAB, LENGTH, N = 64, 16, 4096
 
 
 def worker(impl: str) -> dict:
@@ -38,13 +38,10 @@ def worker(impl: str) -> dict:
 
   import mechjax
   from mechjax import slt
-  from mechjax.data import repeats
   from mechjax.models import transformer
 
   mechjax.use_all_cpu_cores()
-  net = transformer.attention_only(VOCAB, LENGTH, d_model=64, num_layers=2, num_heads=4)
-  params = net.init(jax.random.key(0), jnp.zeros((1, LENGTH), jnp.int32))
-  tokens = repeats.sample(jax.random.key(1), N, LENGTH, VOCAB, 0.5)["tokens"]
+  net, params, tokens = attention_workload.inputs()
   loss = lambda p, t: jnp.mean(transformer.next_token_losses(net, p, t))  # noqa: E731
   settings = slt.SGLDSettings(
     step_size=1e-4,

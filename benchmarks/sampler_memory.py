@@ -25,6 +25,7 @@ import json
 from absl import app
 from absl import flags
 
+from benchmarks import attention_workload
 from benchmarks import timing
 from mechjax.train import flags as shared
 
@@ -34,7 +35,6 @@ flags.DEFINE_list("workloads", list(WORKLOADS), f"Any of {', '.join(WORKLOADS)}.
 flags.DEFINE_enum("worker", None, list(WORKLOADS), "Internal: run one workload.")
 flags.DEFINE_integer("worker_draws", 1000, "Internal: the draws of that run.")
 FLAGS = flags.FLAGS
-VOCAB, LENGTH, N = 64, 16, 4096
 
 
 def worker(workload: str, draws: int) -> dict:
@@ -46,9 +46,7 @@ def worker(workload: str, draws: int) -> dict:
   from mechjax.data import repeats
   from mechjax.models import transformer
 
-  net = transformer.attention_only(VOCAB, LENGTH, d_model=64, num_layers=2, num_heads=4)
-  params = net.init(jax.random.key(0), jnp.zeros((1, LENGTH), jnp.int32))
-  tokens = repeats.sample(jax.random.key(1), N, LENGTH, VOCAB, 0.5)["tokens"]
+  net, params, tokens = attention_workload.inputs()
   settings = slt.SGLDSettings(
     step_size=1e-4, localization=100.0, batch_size=32, num_draws=draws, num_burnin=0
   )
@@ -57,7 +55,9 @@ def worker(workload: str, draws: int) -> dict:
     mean_loss = lambda p, t: jnp.mean(per_token(p, t))  # noqa: E731
     res = slt.estimate_llc(mean_loss, params, tokens, key=jax.random.key(2), settings=settings)
     return {"estimate": float(res.llc_mean)}
-  probes = repeats.sample(jax.random.key(3), 8, LENGTH, VOCAB, 0.5)["tokens"]
+  probes = repeats.sample(
+    jax.random.key(3), 8, attention_workload.LENGTH, attention_workload.VOCAB, 0.5
+  )["tokens"]
   res = slt.estimate_susceptibilities(
     per_token,
     params,
