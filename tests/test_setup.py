@@ -1,0 +1,20 @@
+"""What tests/conftest.py sets up: the tests compile for speed of compiling, and a compute_bound
+test (and every process it starts) with XLA's optimizations."""
+
+import os
+
+import jax
+import pytest
+
+
+def test_a_test_compiles_as_the_environment_its_subprocesses_inherit_says():
+  # Set by tests/conftest.py ("1") unless the user set it; JAX read it at import.
+  setting = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"]
+  assert jax.config.read("jax_disable_most_optimizations") is (setting == "1")
+  assert "xla_cpu_use_fusion_emitters" in os.environ["XLA_FLAGS"]
+
+
+@pytest.mark.compute_bound
+def test_a_compute_bound_test_and_its_subprocesses_compile_with_the_optimizations():
+  assert jax.config.read("jax_disable_most_optimizations") is False
+  assert os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "0"
