@@ -9,10 +9,11 @@ because XLA runs one CPU device's elementwise work on one core.
 The split is one program that XLA partitions, not one program per device: every device holds its
 share of the axis, and everything else (data, ``w*``) is replicated.
 
-For a model too large to replicate, :func:`model_axis_spec` is the rule for a second mesh axis,
-``model``: each parameter-shaped leaf split FSDP-style along its largest dimension that the axis
-divides, small leaves replicated (:func:`model_axis_shardings` applies it to a tree). The sampler
-does not use it yet.
+For a model too large to replicate, the SLT calls take a two-axis mesh (:func:`sampler_mesh`):
+``chains`` splits the chains as above, and ``model`` splits every parameter-shaped array FSDP-style
+(:func:`model_axis_spec`): each leaf along its largest dimension that the axis divides, small leaves
+replicated. Each device then holds ``1/model`` of ``w*``, of every chain's draw, noise and
+preconditioner state; XLA gathers a leaf where the loss needs it whole.
 """
 
 from __future__ import annotations
@@ -60,19 +61,23 @@ def along(sharding: NamedSharding, axis: int) -> NamedSharding:
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
-MIN_MODEL_SHARDED = 4096  # entries: a smaller leaf is replicated over the model axis
+# Entries: a smaller leaf is replicated over the model axis (splitting it saves less memory than
+# its gathers cost). Read when a program is built, so a test can lower it to shard tiny models.
+MIN_MODEL_SHARDED = 4096
 
 
 def model_axis_spec(
-  shape: tuple[int, ...], model_size: int, axis: str = "model", min_size: int = MIN_MODEL_SHARDED
+  shape: tuple[int, ...], model_size: int, axis: str = "model", min_size: int | None = None
 ) -> PartitionSpec:
   """How a parameter-shaped leaf of ``shape`` is split over a mesh axis ``axis`` of ``model_size``
   devices, FSDP-style: along its largest dimension that ``model_size`` divides (the first of equal
   ones), so that each device holds ``1/model_size`` of it; replicated (``PartitionSpec()``) when the
-  leaf has fewer than ``min_size`` entries, or when no dimension is divisible."""
+  leaf has fewer than ``min_size`` entries (default :data:`MIN_MODEL_SHARDED`), or when no
+  dimension is divisible."""
   if model_size < 1:
     raise ValueError(f"model_size must be >= 1; got {model_size}")
-  if int(np.prod(shape, dtype=np.int64)) < min_size:
+  min_size = MIN_MODEL_SHARDED if min_size is None else min_size
+  if model_size == 1 or int(np.prod(shape, dtype=np.int64)) < min_size:
     return PartitionSpec()
   divisible = [d for d, n in enumerate(shape) if n % model_size == 0]
   if not divisible:
@@ -81,15 +86,81 @@ def model_axis_spec(
   return PartitionSpec(*([None] * d), axis)
 
 
-def model_axis_shardings(tree, mesh, axis: str = "model", min_size: int = MIN_MODEL_SHARDED):
+def model_axis_shardings(
+  tree, mesh, axis: str = "model", min_size: int | None = None, lead: int = 0
+):
   """A ``NamedSharding`` on ``mesh`` for every leaf of ``tree`` (arrays or shape-dtype structs) by
   :func:`model_axis_spec`, with the mesh's ``axis`` as the model axis (every leaf replicated when
-  the mesh has no such axis)."""
+  the mesh has no such axis). The first ``lead`` axes of every leaf (a stack of points, or of
+  components' masks) are never split: the rule applies to the rest."""
   size = dict(zip(mesh.axis_names, mesh.axis_sizes)).get(axis)
-  spec = lambda x: (  # noqa: E731
-    PartitionSpec() if size is None else model_axis_spec(np.shape(x), size, axis, min_size)
-  )
+
+  def spec(x):
+    shape = np.shape(x)
+    if size is None or len(shape) < lead:
+      return PartitionSpec()
+    inner = model_axis_spec(shape[lead:], size, axis, min_size)
+    return PartitionSpec(*([None] * lead), *inner) if inner else PartitionSpec()
+
   return jax.tree.map(lambda x: NamedSharding(mesh, spec(x)), tree)
+
+
+SAMPLER_AXES = ("chains", "model")
+
+
+def sampler_mesh(mesh: Mesh, num_chains: int | None = None) -> Mesh:
+  """``mesh`` checked for the SLT calls and put in the form ``(chains, model)``: its axes must be
+  named ``chains`` and ``model`` (either may be absent, meaning size 1, and in either order), and
+  ``chains`` must divide ``num_chains``. Chains (and points × chains) are split over ``chains``;
+  every parameter-shaped array over ``model`` (:func:`model_axis_spec`)."""
+  if not isinstance(mesh, Mesh):
+    raise TypeError(f"mesh must be a jax.sharding.Mesh; got {type(mesh).__name__}")
+  names = tuple(mesh.axis_names)
+  if not names or set(names) - set(SAMPLER_AXES) or len(set(names)) != len(names):
+    raise ValueError(
+      f"mesh axes must be named 'chains' and 'model' (either may be left out); got {names}"
+    )
+  order = [names.index(n) for n in SAMPLER_AXES if n in names]
+  sizes = dict(zip(names, mesh.devices.shape))
+  devices = np.transpose(mesh.devices, order).reshape(sizes.get("chains", 1), sizes.get("model", 1))
+  out = Mesh(devices, SAMPLER_AXES)
+  if num_chains is not None and num_chains % devices.shape[0]:
+    raise ValueError(
+      f"the mesh's chains axis ({devices.shape[0]} devices) must divide the {num_chains} chains"
+    )
+  return out
+
+
+def model_size(mesh: Mesh | None, axis: str = "model") -> int:
+  """The size of ``mesh``'s model axis, 1 without a mesh or without such an axis."""
+  if mesh is None:
+    return 1
+  return dict(zip(mesh.axis_names, mesh.axis_sizes)).get(axis, 1)
+
+
+def place(tree, mesh: Mesh | None, lead: int = 0):
+  """``tree``'s arrays put on ``mesh`` by :func:`model_axis_shardings` (every leaf split over the
+  model axis or replicated); unchanged without a mesh."""
+  if mesh is None:
+    return tree
+  return jax.device_put(tree, model_axis_shardings(tree, mesh, lead=lead))
+
+
+def model_constraint(mesh: Mesh | None):
+  """A function that constrains every leaf of a parameter-shaped tree to :func:`model_axis_spec`
+  over ``mesh``'s model axis, for use inside a program over that mesh (a chain's draw, noise and
+  preconditioner state, under ``vmap`` or ``lax.map`` over the chains); None when the model axis
+  has size 1, where there is nothing to split."""
+  size = model_size(mesh)
+  if size == 1:
+    return None
+
+  def constrain(tree):
+    return jax.tree.map(
+      lambda x: jax.lax.with_sharding_constraint(x, model_axis_spec(np.shape(x), size)), tree
+    )
+
+  return constrain
 
 
 def compiler_options() -> dict | None:

@@ -29,8 +29,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from mechjax import rng
+from mechjax import sharding
 from mechjax.slt import sgld
 from mechjax.train import loop
 
@@ -200,6 +202,7 @@ def estimate_llc(
   key: jax.Array,
   settings: sgld.SGLDSettings | None = None,
   param_mask=None,
+  mesh: Mesh | None = None,
   **overrides: Any,
 ) -> LLCResult:
   """Estimates the LLC at ``params`` (= w*) with ``num_chains`` vmapped SGLD chains.
@@ -222,6 +225,14 @@ def estimate_llc(
       ``cfg.sgld``); optional when the keywords below give ``step_size``, ``localization`` and
       ``batch_size``.
     param_mask: 0/1 pytree like ``params``; only the 1s are sampled (the weight-refined LLC).
+    mesh: a ``jax.sharding.Mesh`` with axes ``chains`` and ``model`` (either may be absent), for a
+      model too large to replicate: the chains are split over ``chains`` (which must divide
+      ``num_chains``), and ``w*`` and every chain's draw, noise and preconditioner state over
+      ``model``, FSDP-style: each leaf along its largest dimension that the axis divides, leaves
+      under :data:`mechjax.sharding.MIN_MODEL_SHARDED` entries replicated
+      (:func:`mechjax.sharding.model_axis_spec`). The data are replicated. None (the default):
+      the chains are split over all devices when their number divides ``num_chains``, as in
+      :func:`mechjax.slt.sgld.sample_chains`.
     **overrides: any field of :class:`~mechjax.slt.sgld.SGLDSettings`, replacing the one in
       ``settings`` (:func:`mechjax.slt.sgld.settings_from`): ``num_chains``, ``num_draws`` and
       ``num_burnin`` (each chain takes ``num_burnin + num_draws`` steps, the burn-in discarded;
@@ -239,9 +250,14 @@ def estimate_llc(
     raise ValueError("param_mask must be a pytree with the same structure as params (0/1 arrays)")
   sgld.check_params(params)
   s, _ = sgld.resolve_data(s, data, loss_fn, params)
+  if mesh is not None:
+    mesh = sharding.sampler_mesh(mesh, s.num_chains)
+    params = sharding.place(params, mesh)
   path, reason, star = star_loss_path(loss_fn, params, data, key, s)
   traces = jax.device_get(
-    sgld.sample_chains(loss_fn, params, data, key, s, param_mask=param_mask, star_losses=star)
+    sgld.sample_chains(
+      loss_fn, params, data, key, s, param_mask=param_mask, star_losses=star, mesh=mesh
+    )
   )
   _check_finite(np.asarray(traces["loss"], np.float64), s)
   l0 = float(np.mean(np.asarray(star, np.float64))) if star is not None else None
@@ -269,6 +285,7 @@ def estimate_llc_batch(
   key: jax.Array,
   settings: sgld.SGLDSettings | None = None,
   param_mask=None,
+  mesh: Mesh | None = None,
   **overrides: Any,
 ) -> LLCResult:
   """The LLC at ``B`` points at once: :func:`estimate_llc` for each ``params_stack[b]``, with
@@ -282,6 +299,7 @@ def estimate_llc_batch(
       and their differences are less noisy), or ``B`` keys (typed ``(B,)`` or raw ``(B, 2)``).
       Point ``b`` gives what ``estimate_llc(loss_fn, params_stack[b], data, key=its key)`` gives,
       up to floating-point rounding.
+    mesh: as for :func:`estimate_llc`; its ``chains`` axis splits the ``B × num_chains`` chains.
     everything else: as for :func:`estimate_llc`; the ``L_B(w*)`` path is chosen and checked on
       the first point and used for all.
 
@@ -317,7 +335,7 @@ def estimate_llc_batch(
     star = jax.vmap(lambda p: sgld.per_sample_star_losses(loss_fn, p, data))(params_stack)
   traces = jax.device_get(
     sgld.sample_points(
-      loss_fn, params_stack, data, keys, s, param_mask=param_mask, star_losses=star
+      loss_fn, params_stack, data, keys, s, param_mask=param_mask, star_losses=star, mesh=mesh
     )
   )
   _check_finite(np.asarray(traces["loss"], np.float64), s)

@@ -52,6 +52,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from mechjax import config
 from mechjax import sharding as sharding_lib
@@ -435,6 +436,7 @@ def sample_chain(
   star_losses: jax.Array | None = None,
   loss_at_star: bool = True,
   support: tuple[bool, ...] | None = None,
+  constrain: Callable | None = None,
 ):
   """Runs one chain from ``w*`` for ``num_steps`` steps; returns per-step traces (each
   ``(num_steps,)``).
@@ -476,8 +478,12 @@ def sample_chain(
       held at ``w*`` without a gradient or noise. It must mark True every leaf where
       ``param_mask`` has a non-zero entry; the draws are those of the unrestricted call, noise
       included (each leaf keeps its key), up to the rounding of the pruned backward pass.
+    constrain: a function applied to every parameter-shaped tree the chain carries or makes (the
+      draw, the noise, the preconditioner state) and to the accumulator's state, which places them
+      on a mesh (:func:`mechjax.sharding.model_constraint`); None leaves placement to XLA.
   """
   s = settings
+  place = constrain if constrain is not None else (lambda tree: tree)
   if s.nbeta is None:
     raise ValueError(
       "settings.nbeta is unset; call settings.resolved(n) with the number of samples first"
@@ -501,8 +507,9 @@ def sample_chain(
     u_w, loss, grad_u, loss_grad = potential(w, batch=batch)
     v, precond = rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
     w_new, noise = langevin_step(
-      w, grad_u, precond, _normal(k_noise, w, noise_slots, s.noise_impl), mask, eps
+      w, grad_u, precond, place(_normal(k_noise, w, noise_slots, s.noise_impl)), mask, eps
     )
+    w_new, v = place(w_new), place(v)
     drift = jax.tree.map(lambda p, g: 0.5 * eps * p * s.nbeta * g, precond, loss_grad)
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
     out = {"loss": loss}
@@ -514,7 +521,7 @@ def sample_chain(
       "noise_norm": jnp.sqrt(_tree_dot(noise, noise)),
     }
     if accumulator is not None:
-      acc = accumulator.update(acc, join_fixed(w, fixed), t, accumulator_data)
+      acc = place(accumulator.update(acc, join_fixed(w, fixed), t, accumulator_data))
     if s.mala:
 
       def acceptance(_):
@@ -530,8 +537,8 @@ def sample_chain(
       )
     return (w_new, v, acc), out
 
-  v0 = jax.tree.map(jnp.zeros_like, params_star)
-  acc0 = None if accumulator is None else accumulator.init(full_star, accumulator_data)
+  v0 = place(jax.tree.map(jnp.zeros_like, params_star))
+  acc0 = None if accumulator is None else place(accumulator.init(full_star, accumulator_data))
   (_, _, acc), traces = jax.lax.scan(step, (params_star, v0, acc0), jnp.arange(num_steps))
   if accumulator is not None:
     traces["accumulated"] = acc
@@ -645,6 +652,8 @@ def sample_chains(
   accumulator_data: Any = None,
   shard: bool | None = None,
   star_losses: jax.Array | None = None,
+  mesh: Mesh | None = None,
+  analyze: bool = False,
 ):
   """``settings.num_chains`` chains of ``settings.num_steps`` steps from ``w*`` in one
   ``jit(vmap(scan))`` program; every trace is ``(num_chains, num_steps)`` (see
@@ -670,12 +679,20 @@ def sample_chains(
     shard: split the chains over the devices: None decides as above, False never does.
     star_losses: ``(n,)`` per-sample losses at ``w*`` (:func:`per_sample_star_losses`), or None;
       see :func:`sample_chain`.
+    mesh: a ``jax.sharding.Mesh`` with axes ``chains`` and ``model``
+      (:func:`mechjax.sharding.sampler_mesh`): the chains split over ``chains``, ``w*`` and every
+      chain's parameter-shaped arrays over ``model``; ``shard`` is then not used. None: as above.
+    analyze: compile without running, and return the program's memory analysis instead
+      (:func:`chains_memory`).
   """
   check_params(params_star)
   settings, sampler = resolve_data(settings, data, loss_fn, params_star)
   settings = with_chain_loop(settings, params_star)
   source = None if sampler is not None else data
   keys = chain_keys(key, settings.num_chains)
+  if mesh is not None:
+    mesh = sharding_lib.sampler_mesh(mesh, settings.num_chains)
+    params_star, param_mask = sharding_lib.place((params_star, param_mask), mesh)
   return over_chains_on_devices(
     settings.num_chains,
     lambda layout, per: _program(
@@ -692,7 +709,18 @@ def sample_chains(
       params_star, source, keys[part], param_mask, accumulator_data, star_losses
     ),
     shard,
+    mesh=mesh,
+    analyze=analyze,
   )
+
+
+def chains_memory(loss_fn, params_star, data, key: jax.Array, settings: SGLDSettings, **kwargs):
+  """The per-device memory of :func:`sample_chains`' compiled program for these arguments
+  (``jax.stages.Compiled.memory_analysis()``: argument, output and temporary bytes), compiled but
+  not run; the keywords are :func:`sample_chains`'. With a ``mesh`` it shows what the model axis
+  saves, and at a reduced size it is the basis of a plan for a larger model
+  (docs/benchmarks.md, "Running at scale")."""
+  return sample_chains(loss_fn, params_star, data, key, settings, analyze=True, **kwargs)
 
 
 def over_chains_on_devices(
@@ -701,10 +729,13 @@ def over_chains_on_devices(
   run: Callable[[Callable, slice], Any],
   shard: bool | None = None,
   axis: int = 0,
+  mesh: Mesh | None = None,
+  analyze: bool = False,
 ):
-  """Runs ``num_chains`` chains where they run fastest, the one place that decides it: sharded over
-  the devices when their number divides ``num_chains`` (:func:`mechjax.sharding.leading_axis`),
-  else, on one CPU device, in equal groups called from one thread each (:func:`cpu_thread_groups`).
+  """Runs ``num_chains`` chains where they run fastest, the one place that decides it: on the
+  caller's ``mesh`` when one is given; else sharded over the devices when their number divides
+  ``num_chains`` (:func:`mechjax.sharding.leading_axis`), else, on one CPU device, in equal groups
+  called from one thread each (:func:`cpu_thread_groups`).
 
   Args:
     num_chains: the chains in all.
@@ -714,8 +745,19 @@ def over_chains_on_devices(
       callers' keys) through ``program``.
     shard: as for :func:`sample_chains`.
     axis: the chain axis of the traces, along which the groups' outputs are joined.
+    mesh: a mesh with axes ``chains`` and ``model`` (:func:`mechjax.sharding.sampler_mesh`), or
+      None. ``build`` gets it as the layout.
+    analyze: instead of running, compile the program for all the chains at once and return its
+      memory analysis (``run`` gets a stand-in for the program that lowers and compiles).
   """
-  layout = sharding_lib.leading_axis(num_chains, "chains", shard)
+  if mesh is not None:
+    layout = sharding_lib.sampler_mesh(mesh, num_chains)
+  else:
+    lead = sharding_lib.leading_axis(num_chains, "chains", shard)
+    layout = None if lead is None else lead.mesh
+  if analyze:
+    program = build(layout, num_chains)
+    return run(lambda *args: program.lower(*args).compile().memory_analysis(), slice(None))
   groups = 1 if layout is not None else cpu_thread_groups(num_chains, shard)
   per = num_chains // groups
   program = build(layout, per)
@@ -769,6 +811,7 @@ def sample_points(
   param_mask=None,
   shard: bool | None = None,
   star_losses: jax.Array | None = None,
+  mesh: Mesh | None = None,
 ):
   """The chains of :func:`sample_chains` at ``B`` points at once: ``params_stack`` is a pytree of
   ``w*`` with a leading axis ``B`` (checkpoints, seeds or both), ``keys`` is ``(B,)`` (point ``b``'s
@@ -787,6 +830,7 @@ def sample_points(
     param_mask: one point's 0/1 mask pytree, shared by every point, or None.
     shard: as for :func:`sample_chains`.
     star_losses: ``(B, n)`` per-sample losses at each point, or None.
+    mesh: as for :func:`sample_chains`; its ``chains`` axis splits the ``B × num_chains`` chains.
   """
   leaves = jax.tree.leaves(params_stack)
   if not leaves:
@@ -808,6 +852,10 @@ def sample_points(
   flat_keys = jax.vmap(lambda k: chain_keys(k, c))(keys).reshape(num_points * c, *keys.shape[1:])
   points = jnp.repeat(jnp.arange(num_points), c)
   source = None if sampler is not None else data
+  if mesh is not None:
+    mesh = sharding_lib.sampler_mesh(mesh, num_points * c)
+    params_stack = sharding_lib.place(params_stack, mesh, lead=1)
+    param_mask = sharding_lib.place(param_mask, mesh)
   traces = over_chains_on_devices(
     num_points * c,
     lambda layout, per: _points_program(
@@ -823,6 +871,7 @@ def sample_points(
       params_stack, source, flat_keys[part], points[part], param_mask, star_losses
     ),
     shard,
+    mesh=mesh,
   )
   return jax.tree.map(lambda a: a.reshape(num_points, c, *a.shape[1:]), traces)
 
@@ -995,6 +1044,7 @@ def _program(
       accumulator_data,
       star_losses if per_sample else None,
       support=support,
+      constrain=sharding_lib.model_constraint(layout),
     )
     return over_chains(chain, chain_loop(settings), keys)
 
@@ -1022,6 +1072,7 @@ def _points_program(
         param_mask if masked else None,
         star_losses=star_losses[point] if per_sample else None,
         support=support,
+        constrain=sharding_lib.model_constraint(layout),
       )
 
     return over_chains(chain, chain_loop(settings), keys, points)
@@ -1033,23 +1084,27 @@ def jit_over_chains(run: Callable, layout, chain_axis: int = 0, num_args: int = 
   """``jit(run)`` for ``run(params, data, keys, mask, accumulator_data, ...)`` (``num_args``
   arguments; the chain keys, and any other per-chain arguments, at the positions ``split_args``).
 
-  With a ``layout`` (a sharding from :func:`mechjax.sharding.leading_axis`) ``run`` becomes the body
-  of a ``shard_map`` over its mesh: each device runs ``run`` on its own share of the per-chain
-  arguments (everything else is replicated), and the outputs are its chains' rows, concatenated
+  With a ``layout`` (a mesh whose first axis is ``chains``: :func:`mechjax.sharding.leading_axis`'s,
+  or :func:`mechjax.sharding.sampler_mesh`'s) ``run`` becomes the body of a ``shard_map`` that is
+  manual over ``chains``: each device runs ``run`` on its own share of the per-chain arguments
+  (everything else is whole along ``chains``), and the outputs are its chains' rows, concatenated
   along ``chain_axis``. Each device's chains then run as ``run`` says (``vmap`` or ``lax.map``),
-  which a program partitioned by XLA could not do for a ``lax.map`` over the split axis."""
+  which a program partitioned by XLA could not do for a ``lax.map`` over the split axis. A
+  ``model`` axis stays XLA's to partition: the arguments arrive split over it
+  (:func:`mechjax.sharding.place`) and ``run`` constrains what it carries to the same rule."""
   options = sharding_lib.compiler_options()
   if layout is None:
     return jax.jit(run, compiler_options=options)
   from jax.sharding import PartitionSpec as P
 
-  (name,) = layout.mesh.axis_names
+  name = layout.axis_names[0]
   in_specs = tuple(P(name) if i in split_args else P() for i in range(num_args))
   body = jax.shard_map(
     run,
-    mesh=layout.mesh,
+    mesh=layout,
     in_specs=in_specs,
     out_specs=P(*([None] * chain_axis), name),
+    axis_names={name},
     check_vma=False,
   )
   return jax.jit(body, compiler_options=options)

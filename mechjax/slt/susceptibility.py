@@ -27,8 +27,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from mechjax import rng
+from mechjax import sharding
 from mechjax.slt import sgld
 from mechjax.slt.moments import StreamedMoments
 from mechjax.slt.moments import moments_covariance
@@ -164,6 +166,7 @@ def estimate_susceptibilities(
   eval_data: Any = None,
   observable: Callable | None = None,
   observable_data: Any = None,
+  mesh: Mesh | None = None,
   **overrides: Any,
 ) -> SusceptibilityResult:
   """Per-sample or per-token susceptibilities of model components, with all components sampled at
@@ -203,6 +206,11 @@ def estimate_susceptibilities(
       susceptibilities are wanted (e.g. a probe-set loss that measures a behaviour), streamed beside
       the loss change. Pass the same function on every call.
     observable_data: the data ``observable`` reads.
+    mesh: a ``jax.sharding.Mesh`` with axes ``chains`` and ``model`` (either may be absent): the
+      chains split over ``chains``; ``w*``, the component masks and every chain's draw, noise,
+      preconditioner state and moments over ``model``, each leaf along its largest dimension that
+      the axis divides, leaves under :data:`mechjax.sharding.MIN_MODEL_SHARDED` entries replicated
+      (:func:`mechjax.sharding.model_axis_spec`). None: as described above.
     settings: the SGLD settings (:class:`mechjax.slt.sgld.SGLDSettings`; ``mala`` is not used).
     **overrides: fields of :class:`~mechjax.slt.sgld.SGLDSettings` replacing those of
       ``settings``, as in :func:`mechjax.slt.llc.estimate_llc` (``num_chains=8``, ``step_size=…``).
@@ -214,7 +222,11 @@ def estimate_susceptibilities(
   components = {"all": None} if components is None else dict(components)
   if not components:
     raise ValueError("components must name at least one mask")
+  if mesh is not None:
+    mesh = sharding.sampler_mesh(mesh, s.num_chains)
+    params = sharding.place(params, mesh)
   masks, branch, distinct = _component_masks(components, params, s)
+  masks = sharding.place(masks, mesh, lead=1)
   eval_data = _eval_batch(data, sampler, eval_data, eval_size, key)
   probe_shape = _output_shape(per_sample_loss, params, probes)
   observe_data = {
@@ -238,6 +250,7 @@ def estimate_susceptibilities(
       ),
       lambda program, part: program(params, source, keys[part], (masks, branch), observe_data),
       axis=1,
+      mesh=mesh,
     )
   )
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
@@ -431,6 +444,7 @@ def _components_program(
         observe_data,
         loss_at_star=False,
         support=support,
+        constrain=sharding.model_constraint(layout),
       )["accumulated"]
       return sgld.over_chains(chain, how, keys)
 
@@ -481,6 +495,7 @@ def bif(
   *,
   key: jax.Array,
   settings: sgld.SGLDSettings | None = None,
+  mesh: Mesh | None = None,
   **overrides: Any,
 ) -> np.ndarray:
   """The Bayesian influence function ``BIF(q, i) = −Cov(ℓ_q, ℓ_i)`` of training probes ``i`` on
@@ -497,6 +512,7 @@ def bif(
     train_probes: the training probes ``i`` (a batch in ``data``'s format).
     key: the sampler's PRNG key.
     settings: an :class:`~mechjax.slt.sgld.SGLDSettings`.
+    mesh: a mesh with axes ``chains`` and ``model``, as for :func:`estimate_susceptibilities`.
     **overrides: fields of :class:`~mechjax.slt.sgld.SGLDSettings` replacing those of
       ``settings``, as in :func:`mechjax.slt.llc.estimate_llc`.
 
@@ -514,6 +530,7 @@ def bif(
     s,
     accumulator=accumulator,
     accumulator_data={"queries": queries, "train": train_probes},
+    mesh=mesh,
   )
   merged = moments_reduce(traces["accumulated"])
   return -np.asarray(moments_covariance(merged))

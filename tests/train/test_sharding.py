@@ -110,3 +110,22 @@ def test_the_model_axis_splits_large_leaves_along_a_divisible_dimension():
   assert shardings["b"].shard_shape((512,)) == (512,)  # small: whole on every device
   no_model = sharding.model_axis_shardings(params, AbstractMesh((8,), ("chains",)))
   assert no_model["w"].shard_shape((48, 512)) == (48, 512)
+
+
+def test_a_sampler_mesh_is_put_in_chains_model_order_and_bad_ones_are_refused():
+  import jax
+  import numpy as np
+  from jax.sharding import Mesh
+
+  from mechjax import sharding
+
+  one = np.array(jax.devices()[:1])
+  swapped = sharding.sampler_mesh(Mesh(one.reshape(1, 1), ("model", "chains")), 4)
+  assert swapped.axis_names == ("chains", "model") and swapped.devices.shape == (1, 1)
+  assert sharding.sampler_mesh(Mesh(one, ("model",))).axis_names == ("chains", "model")
+  assert sharding.model_size(None) == 1 and sharding.model_size(swapped) == 1
+  assert sharding.model_constraint(swapped) is None  # nothing to split
+  with pytest.raises(ValueError, match=r"named 'chains' and 'model' .* got \('data',\)"):
+    sharding.sampler_mesh(Mesh(one, ("data",)))
+  with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh; got tuple"):
+    sharding.sampler_mesh((1, 8))
