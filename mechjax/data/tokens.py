@@ -174,3 +174,19 @@ def corpus_from_text(
         yield tok.encode(fh.read(), add_special_tokens=False).ids
 
   return write_tokens(out, documents(), eos_id, vocab_size=tok.get_vocab_size())
+
+
+def disk_windows(ids, seq_len: int) -> np.ndarray:
+  """The corpus cut into its ``len(ids) // seq_len`` consecutive, non-overlapping windows,
+  ``(n, seq_len)``, as a view of ``ids`` (of a token file's memory map: nothing is read until a
+  window is indexed). What :class:`mechjax.slt.stream.Streamed` streams to the sampler, e.g.
+  ``slt.estimate_llc(loss_fn, params, Streamed(disk_windows(ids, 256), dtype=np.int32), ...)``.
+  The ids after the last whole window are left out."""
+  if seq_len < 1:
+    raise ValueError(f"seq_len must be positive; got {seq_len}")
+  n = len(ids) // seq_len
+  if n < 1:
+    raise ValueError(
+      f"the corpus has {len(ids)} tokens, fewer than one window of seq_len={seq_len}"
+    )
+  return ids[: n * seq_len].reshape(n, seq_len)

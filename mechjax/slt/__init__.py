@@ -34,6 +34,7 @@ from mechjax.slt.sgld import per_sample_star_losses
 from mechjax.slt.sgld import sample_chain
 from mechjax.slt.sgld import sample_chains
 from mechjax.slt.sgld import sample_points
+from mechjax.slt.stream import Streamed
 from mechjax.slt.susceptibility import SusceptibilityResult
 from mechjax.slt.susceptibility import batch_means_error
 from mechjax.slt.susceptibility import bif
@@ -50,6 +51,7 @@ __all__ = [
   "MeanLoss",
   "Moments",
   "SGLDSettings",
+  "Streamed",
   "StreamedMoments",
   "SusceptibilityResult",
   "batch_means_error",

@@ -34,6 +34,7 @@ from jax.sharding import Mesh
 from mechjax import rng
 from mechjax import sharding
 from mechjax.slt import sgld
+from mechjax.slt import stream
 from mechjax.train import loop
 
 FULL_INIT_LOSS_MAX = 65_536
@@ -79,10 +80,23 @@ def init_loss(loss_fn: Callable, params, data, key: jax.Array, batch_size: int) 
   batches (of a sampler ``sample_batch(key) -> batch``, always the latter)."""
   if sgld.is_sampler(data):
     return float(_sampled_loss(loss_fn, data)(params, rng.fold(key, "init-loss")))
+  if stream.is_streamed(data):
+    return _streamed_loss(loss_fn, params, data, key, batch_size)
   n = jax.tree.leaves(data)[0].shape[0]
   if n <= FULL_INIT_LOSS_MAX:
     return float(_jitted(loss_fn)(params, data))
   return float(_batched_loss(loss_fn, batch_size)(params, data, rng.fold(key, "init-loss")))
+
+
+def _streamed_loss(loss_fn, params, data: stream.Streamed, key, batch_size: int) -> float:
+  """:func:`init_loss` of streamed data: every row when there are at most ``FULL_INIT_LOSS_MAX``,
+  else the same seeded batches as in memory, gathered on the host."""
+  if data.num_samples <= FULL_INIT_LOSS_MAX:
+    return float(_jitted(loss_fn)(params, data.gather(np.arange(data.num_samples))))
+  keys = jax.random.split(rng.fold(key, "init-loss"), INIT_LOSS_BATCHES)
+  idx = jax.vmap(lambda k: jax.random.randint(k, (batch_size,), 0, data.num_samples))(keys)
+  losses = [_jitted(loss_fn)(params, data.gather(rows)) for rows in np.asarray(idx)]
+  return float(jnp.mean(jnp.stack(losses)))
 
 
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
@@ -171,6 +185,8 @@ def star_loss_path(
 
   if sgld.is_sampler(data):
     return refuse("the data are a sampler, whose batches are not indexed samples")
+  if stream.is_streamed(data):
+    return refuse("the data are streamed from the host, and one pass over them costs too much")
   n = jax.tree.leaves(data)[0].shape[0]
   draws = settings.num_chains * settings.num_steps * settings.batch_size
   if asked == "auto" and n > draws:
@@ -218,7 +234,11 @@ def estimate_llc(
       fly or too large to hold. With a sampler every SGLD step sees a fresh batch from the data
       distribution, so the estimate is of the population LLC at sample size ``n`` where
       ``nbeta`` (required then) is ``n / ln n``, and ``L(w*)`` is averaged over
-      ``INIT_LOSS_BATCHES`` batches. Pass the same sampler function on every call.
+      ``INIT_LOSS_BATCHES`` batches. Pass the same sampler function on every call. Or a
+      corpus too large for the device, left on the host (:class:`mechjax.slt.stream.Streamed`,
+      e.g. a token file's :func:`~mechjax.data.tokens.disk_windows`): the chains run in parts,
+      each part's samples gathered while the previous part runs, and the estimate is the
+      in-memory one with the same key (every step's ``L_B(w*)`` is then a forward pass).
     key: every random choice (minibatches, noise, the init-loss batches) derives from it; the same
       key gives the same result bit for bit.
     settings: the sampler's settings, an :class:`mechjax.slt.sgld.SGLDSettings` (a study passes

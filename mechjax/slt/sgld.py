@@ -437,6 +437,7 @@ def sample_chain(
   loss_at_star: bool = True,
   support: tuple[bool, ...] | None = None,
   constrain: Callable | None = None,
+  feed: tuple | None = None,
 ):
   """Runs one chain from ``w*`` for ``num_steps`` steps; returns per-step traces (each
   ``(num_steps,)``).
@@ -481,6 +482,10 @@ def sample_chain(
     constrain: a function applied to every parameter-shaped tree the chain carries or makes (the
       draw, the noise, the preconditioner state) and to the accumulator's state, which places them
       on a mesh (:func:`mechjax.sharding.model_constraint`); None leaves placement to XLA.
+    feed: ``(carry, steps, batches)`` to run only the steps ``steps`` (an int array) from
+      ``carry`` (:func:`chain_start`'s, or ``traces["carry"]`` of the previous part) on the given
+      batches (a leading axis of ``len(steps)``) instead of drawing them from ``data``: a chain in
+      parts, as :mod:`mechjax.slt.stream` runs it. The traces then hold the final ``"carry"``.
   """
   s = settings
   place = constrain if constrain is not None else (lambda tree: tree)
@@ -500,10 +505,12 @@ def sample_chain(
   )  # fmt: skip
   eps = s.step_size
 
-  def step(carry, t):
+  def step(carry, xs):
     w, v, acc = carry
+    t = xs[0] if feed is not None else xs
     k_batch, k_noise = jax.random.split(jax.random.fold_in(key, t))
-    batch, idx = _minibatch(data, sampler, k_batch, s.batch_size)
+    fed = (xs[1], None) if feed is not None else None
+    batch, idx = fed or _minibatch(data, sampler, k_batch, s.batch_size)
     u_w, loss, grad_u, loss_grad = potential(w, batch=batch)
     v, precond = rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
     w_new, noise = langevin_step(
@@ -537,12 +544,28 @@ def sample_chain(
       )
     return (w_new, v, acc), out
 
+  start, xs = (
+    chain_start(full_star, param_mask, support, accumulator, accumulator_data, place),
+    None,
+  )
+  if feed is not None:
+    start, xs = feed[0] if feed[0] is not None else start, (feed[1], feed[2])
+  carry, traces = jax.lax.scan(step, start, jnp.arange(num_steps) if xs is None else xs)
+  if accumulator is not None:
+    traces["accumulated"] = carry[2]
+  if feed is not None:
+    traces["carry"] = carry
+  return traces
+
+
+def chain_start(full_star, param_mask, support, accumulator, accumulator_data, place):
+  """A chain's first carry ``(w, v, accumulator state)``: the sampled part of ``w*``
+  (:func:`_sampled_part`), a zero preconditioner state and the accumulator's initial state, each
+  put where ``place`` says (:func:`sample_chain`'s ``constrain``, or the identity)."""
+  params_star = _sampled_part(full_star, param_mask, support)[0]
   v0 = place(jax.tree.map(jnp.zeros_like, params_star))
   acc0 = None if accumulator is None else place(accumulator.init(full_star, accumulator_data))
-  (_, _, acc), traces = jax.lax.scan(step, (params_star, v0, acc0), jnp.arange(num_steps))
-  if accumulator is not None:
-    traces["accumulated"] = acc
-  return traces
+  return params_star, v0, acc0
 
 
 def _sampled_part(full_star: Params, param_mask: Params | None, support):
@@ -670,7 +693,8 @@ def sample_chains(
   Args:
     loss_fn: ``loss_fn(params, batch) -> scalar``, the mean loss of a minibatch.
     params_star: ``w*``.
-    data: the training data, a pytree of arrays with the samples first.
+    data: the training data, a pytree of arrays with the samples first, a sampler, or host data
+      streamed a part at a time (:class:`mechjax.slt.stream.Streamed`).
     key: the PRNG key; chain ``i`` uses :func:`chain_keys` ``(key, num_chains)[i]``.
     settings: the :class:`SGLDSettings`; ``nbeta`` unset means ``n / ln n`` of ``data``.
     param_mask: a pytree like ``params_star`` of 0/1: coordinates with 0 stay at ``w*``.
@@ -693,6 +717,28 @@ def sample_chains(
   if mesh is not None:
     mesh = sharding_lib.sampler_mesh(mesh, settings.num_chains)
     params_star, param_mask = sharding_lib.place((params_star, param_mask), mesh)
+  from mechjax.slt import stream  # local: stream builds on this module
+
+  if stream.is_streamed(data):
+    if star_losses is not None or analyze:
+      raise ValueError(
+        "streamed data take neither star_losses (each step's L_B(w*) is a forward pass) nor "
+        "chains_memory (pass the in-memory arrays to measure the program)"
+      )
+    return over_chains_on_devices(
+      settings.num_chains,
+      lambda layout, per: stream.StreamedRun(
+        loss_fn,
+        dataclasses.replace(settings, num_chains=per),
+        accumulator,
+        layout,
+        mask_support(params_star, param_mask),
+        param_mask is not None,
+      ),
+      lambda program, part: program(params_star, data, keys[part], param_mask, accumulator_data),
+      shard,
+      mesh=mesh,
+    )
   return over_chains_on_devices(
     settings.num_chains,
     lambda layout, per: _program(
@@ -964,13 +1010,24 @@ def check_loss(loss_fn, params, data, batch_size: int, per_sample: bool = False)
 def resolve_data(
   settings: SGLDSettings, data, loss_fn=None, params=None, per_sample: bool = False
 ) -> tuple[SGLDSettings, Callable | None]:
-  """``(settings with nβ filled in, the sampler or None)`` for arrays or a device-side sampler.
+  """``(settings with nβ filled in, the sampler or None)`` for arrays, a device-side sampler or
+  host data streamed a part at a time (:class:`mechjax.slt.stream.Streamed`, whose ``n`` is its
+  rows).
 
   Arrays: every leaf must have the same number ``n`` of samples first (:func:`data_size`),
   ``batch_size`` must not exceed it, and an unset ``nβ`` is ``n / ln n``. A sampler
   ``sample_batch(key) -> batch`` has no ``n``: ``nβ`` must be given (it sets the posterior's
   sample size), and its batches must hold ``batch_size`` samples. With ``loss_fn`` and ``params``
   the loss's output shape is checked too (:func:`check_loss`)."""
+  from mechjax.slt import stream  # local: stream builds on this module
+
+  if stream.is_streamed(data):
+    n = data.num_samples
+    if settings.batch_size > n:
+      raise ValueError(f"batch_size={settings.batch_size} exceeds the {n} streamed samples")
+    if loss_fn is not None:
+      check_loss(loss_fn, params, data.spec(), settings.batch_size, per_sample)
+    return settings.resolved(n), None
   if is_sampler(data):
     if settings.nbeta is None:
       raise ValueError(

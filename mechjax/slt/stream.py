@@ -1,0 +1,184 @@
+"""SGLD chains on data that stay on the host: a corpus larger than device (or host) memory, such as
+a memory-mapped token file's windows (:func:`mechjax.data.tokens.disk_windows`).
+
+The chains run in parts of ``steps_per_chunk`` steps, each part one compiled ``scan`` that carries
+the chains' state on. Step ``t`` of chain ``c`` uses the samples that the in-memory sampler would
+draw, ``randint(split(fold_in(key_c, t))[0], (batch_size,), 0, n)``: a function of the key and the
+step alone. Before a part runs, the host gathers its samples (``array[idx]``, which reads only those
+rows of a memory map); while the device runs it, the host gathers the next part's. So a streamed
+estimate is the in-memory one with the same key (tested), at the cost of the gathers that the
+device does not hide (docs/benchmarks.md, "Streaming a corpus from disk").
+
+Every step's ``L_B(w*)`` is a forward pass at ``w*`` (``star_loss="per_step"``): the per-sample
+path would need one pass over the whole corpus first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mechjax import sharding as sharding_lib
+from mechjax.slt import sgld
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Streamed:
+  """Data for the SLT calls that stay on the host and reach the device a part at a time.
+
+  Attributes:
+    array: ``(n, ...)`` samples first: a NumPy array or a memory map (e.g. the windows of a token
+      file, :func:`mechjax.data.tokens.disk_windows`), indexed with an integer array per part.
+    steps_per_chunk: the steps of one part: each part's samples (``num_chains × steps_per_chunk ×
+      batch_size`` of them) are gathered on the host while the previous part runs.
+    dtype: the dtype the gathered samples are cast to before they reach the device (a token file's
+      ``uint16`` ids to ``int32``, say), or None to keep ``array``'s.
+  """
+
+  array: Any
+  steps_per_chunk: int = 64
+  dtype: Any = None
+
+  def __post_init__(self):
+    shape = getattr(self.array, "shape", None)
+    if shape is None or len(shape) < 1 or shape[0] < 1:
+      raise ValueError(
+        "Streamed needs an array with the samples first, (n, ...) with n >= 1; got "
+        f"{type(self.array).__name__} of shape {shape}"
+      )
+    if not (isinstance(self.steps_per_chunk, int) and self.steps_per_chunk >= 1):
+      raise ValueError(f"steps_per_chunk must be an int >= 1; got {self.steps_per_chunk!r}")
+
+  @property
+  def num_samples(self) -> int:
+    return int(self.array.shape[0])
+
+  def spec(self, rows: int | None = None) -> jax.ShapeDtypeStruct:
+    """The shape and dtype of ``rows`` gathered samples (all of them when None)."""
+    dtype = self.dtype if self.dtype is not None else self.array.dtype
+    rows = self.num_samples if rows is None else rows
+    return jax.ShapeDtypeStruct((rows, *self.array.shape[1:]), jnp.dtype(dtype))
+
+  def gather(self, idx: np.ndarray) -> np.ndarray:
+    """The samples at ``idx`` (any shape), shaped ``idx.shape + sample shape``."""
+    rows = np.asarray(self.array[np.asarray(idx).reshape(-1)])
+    if self.dtype is not None:
+      rows = rows.astype(self.dtype, copy=False)
+    return rows.reshape(*np.shape(idx), *self.array.shape[1:])
+
+
+def is_streamed(data) -> bool:
+  return isinstance(data, Streamed)
+
+
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _indices_program(batch_size: int, n: int):
+  """``(chains, steps) -> (C, S, batch_size)``: the samples each chain's step draws, as
+  :func:`mechjax.slt.sgld.sample_chain` draws them from in-memory data."""
+
+  @jax.jit
+  def run(keys, steps):
+    def one(key, t):
+      k_batch, _ = jax.random.split(jax.random.fold_in(key, t))
+      return jax.random.randint(k_batch, (batch_size,), 0, n)
+
+    return jax.vmap(lambda k: jax.vmap(lambda t: one(k, t))(steps))(keys)
+
+  return run
+
+
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _start_program(settings: sgld.SGLDSettings, masked: bool, accumulator, layout, support):
+  """Every chain's first carry (:func:`mechjax.slt.sgld.chain_start`), stacked."""
+
+  def run(params_star, keys, param_mask, accumulator_data):
+    constrain = sharding_lib.model_constraint(layout) or (lambda tree: tree)
+    start = lambda _: sgld.chain_start(  # noqa: E731
+      params_star, param_mask if masked else None, support, accumulator, accumulator_data, constrain
+    )
+    return jax.vmap(start)(keys)
+
+  return sgld.jit_over_chains(run, layout, num_args=4, split_args=(1,))
+
+
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _part_program(loss_fn, settings, masked: bool, accumulator, layout, support):
+  """One part of every chain: ``scan`` over the given steps from the given carries, on the
+  gathered batches."""
+
+  def run(params_star, keys, carry, steps, batches, param_mask, accumulator_data):
+    def chain(key, carry, batches):
+      return sgld.sample_chain(
+        loss_fn,
+        params_star,
+        None,
+        key,
+        steps.shape[0],
+        settings,
+        param_mask if masked else None,
+        accumulator,
+        accumulator_data,
+        support=support,
+        constrain=sharding_lib.model_constraint(layout),
+        feed=(carry, steps, batches),
+      )
+
+    return sgld.over_chains(chain, sgld.chain_loop(settings), keys, carry, batches)
+
+  return sgld.jit_over_chains(run, layout, num_args=7, split_args=(1, 2, 4))
+
+
+def part_length(num_steps: int, steps_per_chunk: int) -> int:
+  """The steps of one part: the largest divisor of ``num_steps`` that is at most
+  ``steps_per_chunk``, when it is at least half of that (every part then has the same length and
+  one program runs them all); else ``steps_per_chunk``, with a shorter last part (a second
+  program)."""
+  size = min(steps_per_chunk, num_steps)
+  divisor = max(d for d in range(1, size + 1) if num_steps % d == 0)
+  return divisor if 2 * divisor >= size else size
+
+
+class StreamedRun:
+  """The streamed chains of :func:`mechjax.slt.sgld.sample_chains` for ``settings.num_chains``
+  chains on ``layout``: called as ``run(params_star, streamed, keys, param_mask,
+  accumulator_data)``, it returns the traces the in-memory program returns. Its programs are made
+  once, when it is made, so that the CPU thread groups share them."""
+
+  def __init__(self, loss_fn, settings, accumulator, layout, support, masked: bool):
+    args = (settings, masked, accumulator, layout, support)
+    self.settings, self.accumulator = settings, accumulator
+    self.start = _start_program(*args)
+    self.part = _part_program(loss_fn, *args)
+
+  def __call__(self, params_star, streamed: Streamed, keys, param_mask, accumulator_data):
+    s = self.settings
+    carry = self.start(params_star, keys, param_mask, accumulator_data)
+    program = self.part
+    indices = _indices_program(s.batch_size, streamed.num_samples)
+    size = part_length(s.num_steps, streamed.steps_per_chunk)
+    parts = [np.arange(a, min(a + size, s.num_steps)) for a in range(0, s.num_steps, size)]
+    # A part's indices are computed before the previous part is dispatched (a device runs its
+    # programs in order), so the host gathers them while that part runs.
+    gather = lambda idx: streamed.gather(np.asarray(idx))  # noqa: E731
+    traces = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mechjax-stream") as pool:
+      pending = pool.submit(gather, indices(keys, parts[0]))
+      for i, steps in enumerate(parts):
+        batches = pending.result()
+        following = indices(keys, parts[i + 1]) if i + 1 < len(parts) else None
+        out = program(params_star, keys, carry, steps, batches, param_mask, accumulator_data)
+        if following is not None:
+          pending = pool.submit(gather, following)
+        carry = out.pop("carry")
+        out.pop("accumulated", None)
+        traces.append(out)
+    joined = {k: jnp.concatenate([t[k] for t in traces], axis=1) for k in traces[0]}
+    if self.accumulator is not None:
+      joined["accumulated"] = carry[2]
+    return joined
