@@ -99,6 +99,19 @@ def _streamed_loss(loss_fn, params, data: stream.Streamed, key, batch_size: int)
   return float(jnp.mean(jnp.stack(losses)))
 
 
+def _streamed_star_check(loss_fn, params, data: stream.Streamed, key, s: sgld.SGLDSettings):
+  """:func:`_star_check` for streamed data: the per-sample losses streamed through once, and the two
+  check batches (the same indices as in memory) gathered on the host."""
+  star = stream.star_losses(loss_fn, params, data)
+  idx = np.asarray(
+    jax.vmap(lambda k: jax.random.randint(k, (s.batch_size,), 0, data.num_samples))(
+      jax.random.split(key, 2)
+    )
+  )
+  batch_losses = [_jitted(loss_fn)(params, data.gather(rows)) for rows in idx]
+  return star, np.asarray(batch_losses), np.asarray([jnp.mean(star[rows]) for rows in idx])
+
+
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
 def _star_check(loss_fn, batch_size: int):
   """One program for :func:`star_loss_path`: every sample's loss at ``w*``
@@ -185,17 +198,20 @@ def star_loss_path(
 
   if sgld.is_sampler(data):
     return refuse("the data are a sampler, whose batches are not indexed samples")
-  if stream.is_streamed(data):
-    return refuse("the data are streamed from the host, and one pass over them costs too much")
-  n = jax.tree.leaves(data)[0].shape[0]
+  n = data.num_samples if stream.is_streamed(data) else jax.tree.leaves(data)[0].shape[0]
   draws = settings.num_chains * settings.num_steps * settings.batch_size
   if asked == "auto" and n > draws:
     return refuse(f"the data's {n} samples exceed the {draws} the chains draw")
   check_key = rng.fold(key, "star-loss-check")
   try:
-    star, batch_losses, mean_losses = _star_check(loss_fn, settings.batch_size)(
-      params, data, check_key
-    )
+    if stream.is_streamed(data):
+      star, batch_losses, mean_losses = _streamed_star_check(
+        loss_fn, params, data, check_key, s=settings
+      )
+    else:
+      star, batch_losses, mean_losses = _star_check(loss_fn, settings.batch_size)(
+        params, data, check_key
+      )
   except Exception as e:  # noqa: BLE001 - any failure of the one-sample evaluation means fall back
     return refuse(f"the loss cannot be evaluated one sample at a time ({type(e).__name__}: {e})")
   if star.shape != (n,):

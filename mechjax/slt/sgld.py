@@ -482,10 +482,11 @@ def sample_chain(
     constrain: a function applied to every parameter-shaped tree the chain carries or makes (the
       draw, the noise, the preconditioner state) and to the accumulator's state, which places them
       on a mesh (:func:`mechjax.sharding.model_constraint`); None leaves placement to XLA.
-    feed: ``(carry, steps, batches)`` to run only the steps ``steps`` (an int array) from
+    feed: ``(carry, steps, batches, star)`` to run only the steps ``steps`` (an int array) from
       ``carry`` (:func:`chain_start`'s, or ``traces["carry"]`` of the previous part) on the given
-      batches (a leading axis of ``len(steps)``) instead of drawing them from ``data``: a chain in
-      parts, as :mod:`mechjax.slt.stream` runs it. The traces then hold the final ``"carry"``.
+      batches (a leading axis of ``len(steps)``) instead of drawing them from ``data``, with
+      ``star`` the batches' per-sample losses at ``w*`` or None: a chain in parts, as
+      :mod:`mechjax.slt.stream` runs it. The traces then hold the final ``"carry"``.
   """
   s = settings
   place = constrain if constrain is not None else (lambda tree: tree)
@@ -511,6 +512,8 @@ def sample_chain(
     k_batch, k_noise = jax.random.split(jax.random.fold_in(key, t))
     fed = (xs[1], None) if feed is not None else None
     batch, idx = fed or _minibatch(data, sampler, k_batch, s.batch_size)
+    star = star_losses if feed is None or xs[2] is None else xs[2]
+    idx = idx if feed is None or xs[2] is None else slice(None)
     u_w, loss, grad_u, loss_grad = potential(w, batch=batch)
     v, precond = rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
     w_new, noise = langevin_step(
@@ -521,7 +524,7 @@ def sample_chain(
     diff = jax.tree.map(lambda a, b: a - b, w_new, params_star)
     out = {"loss": loss}
     if loss_at_star:
-      out["loss_at_star"] = _loss_at_star(full_loss, full_star, batch, idx, star_losses, s)
+      out["loss_at_star"] = _loss_at_star(full_loss, full_star, batch, idx, star, s)
     out |= {
       "distance": jnp.sqrt(_tree_dot(diff, diff)),
       "drift_norm": jnp.sqrt(_tree_dot(drift, drift)),
@@ -549,7 +552,7 @@ def sample_chain(
     None,
   )
   if feed is not None:
-    start, xs = feed[0] if feed[0] is not None else start, (feed[1], feed[2])
+    start, xs = feed[0] if feed[0] is not None else start, tuple(feed[1:])
   carry, traces = jax.lax.scan(step, start, jnp.arange(num_steps) if xs is None else xs)
   if accumulator is not None:
     traces["accumulated"] = carry[2]
@@ -720,10 +723,9 @@ def sample_chains(
   from mechjax.slt import stream  # local: stream builds on this module
 
   if stream.is_streamed(data):
-    if star_losses is not None or analyze:
+    if analyze:
       raise ValueError(
-        "streamed data take neither star_losses (each step's L_B(w*) is a forward pass) nor "
-        "chains_memory (pass the in-memory arrays to measure the program)"
+        "chains_memory measures the in-memory program; pass the arrays, not Streamed data"
       )
     return over_chains_on_devices(
       settings.num_chains,
@@ -735,7 +737,9 @@ def sample_chains(
         mask_support(params_star, param_mask),
         param_mask is not None,
       ),
-      lambda program, part: program(params_star, data, keys[part], param_mask, accumulator_data),
+      lambda program, part: program(
+        params_star, data, keys[part], param_mask, accumulator_data, star_losses
+      ),
       shard,
       mesh=mesh,
     )

@@ -9,8 +9,9 @@ rows of a memory map); while the device runs it, the host gathers the next part'
 estimate is the in-memory one with the same key (tested), at the cost of the gathers that the
 device does not hide (docs/benchmarks.md, "Streaming a corpus from disk").
 
-Every step's ``L_B(w*)`` is a forward pass at ``w*`` (``star_loss="per_step"``): the per-sample
-path would need one pass over the whole corpus first.
+Each step's ``L_B(w*)`` takes the path that :func:`mechjax.slt.llc.star_loss_path` chooses, as in
+memory: with the per-sample path the corpus is streamed once through the loss at ``w*``
+(:func:`star_losses`), and each part's per-sample losses are gathered beside its samples.
 """
 
 from __future__ import annotations
@@ -77,6 +78,18 @@ def is_streamed(data) -> bool:
   return isinstance(data, Streamed)
 
 
+def star_losses(loss_fn, params_star, data: Streamed, rows: int = 4096) -> jax.Array:
+  """``(n,)``: every streamed sample's loss at ``w*``
+  (:func:`mechjax.slt.sgld.per_sample_star_losses`), ``rows`` samples gathered and evaluated at a
+  time (a shorter last group)."""
+  n = data.num_samples
+  parts = [
+    sgld.per_sample_star_losses(loss_fn, params_star, data.gather(np.arange(a, min(a + rows, n))))
+    for a in range(0, n, rows)
+  ]
+  return jnp.concatenate(parts)
+
+
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
 def _indices_program(batch_size: int, n: int):
   """``(chains, steps) -> (C, S, batch_size)``: the samples each chain's step draws, as
@@ -112,8 +125,8 @@ def _part_program(loss_fn, settings, masked: bool, accumulator, layout, support)
   """One part of every chain: ``scan`` over the given steps from the given carries, on the
   gathered batches."""
 
-  def run(params_star, keys, carry, steps, batches, param_mask, accumulator_data):
-    def chain(key, carry, batches):
+  def run(params_star, keys, carry, steps, batches, star, param_mask, accumulator_data):
+    def chain(key, carry, batches, star):
       return sgld.sample_chain(
         loss_fn,
         params_star,
@@ -126,12 +139,12 @@ def _part_program(loss_fn, settings, masked: bool, accumulator, layout, support)
         accumulator_data,
         support=support,
         constrain=sharding_lib.model_constraint(layout),
-        feed=(carry, steps, batches),
+        feed=(carry, steps, batches, star),
       )
 
-    return sgld.over_chains(chain, sgld.chain_loop(settings), keys, carry, batches)
+    return sgld.over_chains(chain, sgld.chain_loop(settings), keys, carry, batches, star)
 
-  return sgld.jit_over_chains(run, layout, num_args=7, split_args=(1, 2, 4))
+  return sgld.jit_over_chains(run, layout, num_args=8, split_args=(1, 2, 4, 5))
 
 
 def part_length(num_steps: int, steps_per_chunk: int) -> int:
@@ -147,7 +160,8 @@ def part_length(num_steps: int, steps_per_chunk: int) -> int:
 class StreamedRun:
   """The streamed chains of :func:`mechjax.slt.sgld.sample_chains` for ``settings.num_chains``
   chains on ``layout``: called as ``run(params_star, streamed, keys, param_mask,
-  accumulator_data)``, it returns the traces the in-memory program returns. Its programs are made
+  accumulator_data, star_losses)`` (``star_losses`` every sample's loss at ``w*``, ``(n,)``, or
+  None), it returns the traces the in-memory program returns. Its programs are made
   once, when it is made, so that the CPU thread groups share them."""
 
   def __init__(self, loss_fn, settings, accumulator, layout, support, masked: bool):
@@ -156,7 +170,9 @@ class StreamedRun:
     self.start = _start_program(*args)
     self.part = _part_program(loss_fn, *args)
 
-  def __call__(self, params_star, streamed: Streamed, keys, param_mask, accumulator_data):
+  def __call__(
+    self, params_star, streamed: Streamed, keys, param_mask, accumulator_data, star_losses
+  ):
     s = self.settings
     carry = self.start(params_star, keys, param_mask, accumulator_data)
     program = self.part
@@ -165,14 +181,21 @@ class StreamedRun:
     parts = [np.arange(a, min(a + size, s.num_steps)) for a in range(0, s.num_steps, size)]
     # A part's indices are computed before the previous part is dispatched (a device runs its
     # programs in order), so the host gathers them while that part runs.
-    gather = lambda idx: streamed.gather(np.asarray(idx))  # noqa: E731
+    star = None if star_losses is None else np.asarray(star_losses)
+
+    def gather(idx):
+      idx = np.asarray(idx)
+      return streamed.gather(idx), None if star is None else star[idx]
+
     traces = []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mechjax-stream") as pool:
       pending = pool.submit(gather, indices(keys, parts[0]))
       for i, steps in enumerate(parts):
-        batches = pending.result()
+        batches, star_batches = pending.result()
         following = indices(keys, parts[i + 1]) if i + 1 < len(parts) else None
-        out = program(params_star, keys, carry, steps, batches, param_mask, accumulator_data)
+        out = program(
+          params_star, keys, carry, steps, batches, star_batches, param_mask, accumulator_data
+        )
         if following is not None:
           pending = pool.submit(gather, following)
         carry = out.pop("carry")

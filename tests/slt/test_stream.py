@@ -68,7 +68,21 @@ def test_the_streamed_llc_is_the_in_memory_llc_with_the_same_key(corpus):
     np.testing.assert_array_equal(streamed.loss_trace, memory.loss_trace)
     np.testing.assert_array_equal(streamed.llc_per_chain, memory.llc_per_chain)
     assert streamed.init_loss == memory.init_loss
-    assert streamed.diagnostics["star_loss"] == "per_step"
+    assert streamed.diagnostics["star_loss"] == memory.diagnostics["star_loss"] == "per_step"
+  # The per-sample path: the corpus streamed once through the loss at w*, and each part's losses
+  # gathered beside its windows.
+  settings = {**SETTINGS, "star_loss": "per_sample"}
+  memory = slt.estimate_llc(bigram_loss, params, np.asarray(windows, np.int32), key=key, **settings)
+  streamed = slt.estimate_llc(
+    bigram_loss,
+    params,
+    slt.Streamed(windows, steps_per_chunk=8, dtype=np.int32),
+    key=key,
+    **settings,
+  )
+  assert streamed.diagnostics["star_loss"] == memory.diagnostics["star_loss"] == "per_sample"
+  np.testing.assert_array_equal(streamed.llc_per_chain, memory.llc_per_chain)
+  assert streamed.init_loss == memory.init_loss
   # Another key draws other windows: the equality above is not an accident of the data.
   other = slt.estimate_llc(
     bigram_loss, params, slt.Streamed(windows, dtype=np.int32), key=jax.random.key(4), **SETTINGS
@@ -121,13 +135,3 @@ def test_bad_streamed_data_are_refused(corpus):
   small = slt.Streamed(tokens.disk_windows(ids, 8)[:4], dtype=np.int32)
   with pytest.raises(ValueError, match="batch_size=6 exceeds the 4 streamed samples"):
     slt.estimate_llc(bigram_loss, params, small, key=jax.random.key(0), **SETTINGS)
-  with pytest.raises(
-    ValueError, match="star_loss='per_sample' cannot be used: the data are stream"
-  ):
-    slt.estimate_llc(
-      bigram_loss,
-      params,
-      slt.Streamed(tokens.disk_windows(ids, 8), dtype=np.int32),
-      key=jax.random.key(0),
-      **{**SETTINGS, "star_loss": "per_sample"},
-    )
