@@ -28,7 +28,7 @@ from benchmarks import timing
 from mechjax.train import flags as shared
 
 PYTHIA_14M = dict(
-  model_type="gpt_neox",
+  architectures=["GPTNeoXForCausalLM"],
   vocab_size=50304,
   hidden_size=128,
   num_hidden_layers=6,

@@ -131,6 +131,22 @@ def sampler_mesh(mesh: Mesh, num_chains: int | None = None) -> Mesh:
   return out
 
 
+def devices_mesh(model_axis: int, num_chains: int) -> Mesh | None:
+  """Every device in a ``(chains, model)`` mesh with ``model_axis`` devices on the model axis, for a
+  study's ``--model_axis``; None for 1 (the SLT calls then split only the chains, as without a
+  mesh). Refuses, in one line, a model axis that does not divide the devices, or that leaves a
+  chains axis that does not divide ``num_chains``."""
+  if model_axis == 1:
+    return None
+  devices = jax.devices()
+  if model_axis < 1 or len(devices) % model_axis or num_chains % (len(devices) // model_axis):
+    raise ValueError(
+      f"model_axis={model_axis} must divide the {len(devices)} devices and leave a chains axis "
+      f"that divides the {num_chains} chains"
+    )
+  return Mesh(np.array(devices).reshape(-1, model_axis), SAMPLER_AXES)
+
+
 def model_size(mesh: Mesh | None, axis: str = "model") -> int:
   """The size of ``mesh``'s model axis, 1 without a mesh or without such an axis."""
   if mesh is None:
@@ -146,21 +162,39 @@ def place(tree, mesh: Mesh | None, lead: int = 0):
   return jax.device_put(tree, model_axis_shardings(tree, mesh, lead=lead))
 
 
-def model_constraint(mesh: Mesh | None):
-  """A function that constrains every leaf of a parameter-shaped tree to :func:`model_axis_spec`
-  over ``mesh``'s model axis, for use inside a program over that mesh (a chain's draw, noise and
-  preconditioner state, under ``vmap`` or ``lax.map`` over the chains); None when the model axis
-  has size 1, where there is nothing to split."""
-  size = model_size(mesh)
-  if size == 1:
-    return None
+class ModelConstraint:
+  """Constraints for the arrays of a chain's step over a mesh's ``model`` axis (FSDP-style):
+  called on a parameter-shaped tree, each leaf to :func:`model_axis_spec`; :meth:`batch` splits a
+  step's batch along its samples over the same axis, so that the devices of the model axis share a
+  chain's forward and backward pass (each on its part of the batch, the parameters gathered)
+  instead of each repeating it."""
 
-  def constrain(tree):
+  def __init__(self, size: int):
+    self.size = size
+
+  def __call__(self, tree):
     return jax.tree.map(
-      lambda x: jax.lax.with_sharding_constraint(x, model_axis_spec(np.shape(x), size)), tree
+      lambda x: jax.lax.with_sharding_constraint(x, model_axis_spec(np.shape(x), self.size)), tree
     )
 
-  return constrain
+  def batch(self, tree):
+    """Every leaf split along axis 0 over the model axis, when the axis divides it."""
+
+    def split(x):
+      shape = np.shape(x)
+      if not shape or shape[0] % self.size:
+        return x
+      return jax.lax.with_sharding_constraint(x, PartitionSpec("model"))
+
+    return jax.tree.map(split, tree)
+
+
+def model_constraint(mesh: Mesh | None) -> ModelConstraint | None:
+  """The :class:`ModelConstraint` of ``mesh``'s model axis, for use inside a program over that mesh
+  (a chain's draw, noise, preconditioner state and batch, under ``vmap`` or ``lax.map`` over the
+  chains); None when the model axis has size 1, where there is nothing to split."""
+  size = model_size(mesh)
+  return None if size == 1 else ModelConstraint(size)
 
 
 def compiler_options() -> dict | None:

@@ -481,7 +481,8 @@ def sample_chain(
       included (each leaf keeps its key), up to the rounding of the pruned backward pass.
     constrain: a function applied to every parameter-shaped tree the chain carries or makes (the
       draw, the noise, the preconditioner state) and to the accumulator's state, which places them
-      on a mesh (:func:`mechjax.sharding.model_constraint`); None leaves placement to XLA.
+      on a mesh, with a ``batch`` method for each step's batch
+      (:class:`mechjax.sharding.ModelConstraint`); None leaves placement to XLA.
     feed: ``(carry, steps, batches, star)`` to run only the steps ``steps`` (an int array) from
       ``carry`` (:func:`chain_start`'s, or ``traces["carry"]`` of the previous part) on the given
       batches (a leading axis of ``len(steps)``) instead of drawing them from ``data``, with
@@ -490,6 +491,7 @@ def sample_chain(
   """
   s = settings
   place = constrain if constrain is not None else (lambda tree: tree)
+  place_batch = getattr(constrain, "batch", lambda tree: tree)
   if s.nbeta is None:
     raise ValueError(
       "settings.nbeta is unset; call settings.resolved(n) with the number of samples first"
@@ -512,6 +514,7 @@ def sample_chain(
     k_batch, k_noise = jax.random.split(jax.random.fold_in(key, t))
     fed = (xs[1], None) if feed is not None else None
     batch, idx = fed or _minibatch(data, sampler, k_batch, s.batch_size)
+    batch = place_batch(batch)
     star = star_losses if feed is None or xs[2] is None else xs[2]
     idx = idx if feed is None or xs[2] is None else slice(None)
     u_w, loss, grad_u, loss_grad = potential(w, batch=batch)

@@ -30,6 +30,7 @@ import numpy as np
 from mechjax import config
 from mechjax import plotting
 from mechjax import rng
+from mechjax import sharding
 from mechjax import slt
 from mechjax.data import tokens as tokens_lib
 from mechjax.models import pretrained
@@ -60,6 +61,9 @@ class Config(config.Settings):
   seed: int = config.setting(0, "Seed of the windows and of the chains.", check=config.at_least(0))
   eval_size: int = config.setting(
     256, "Windows in the fixed evaluation subset that defines L.", check=config.at_least(1)
+  )
+  model_axis: int = config.setting(
+    1, "Devices that split each parameter (the rest split the chains).", check=config.at_least(1)
   )
   sgld: sgld_lib.SGLDSettings = config.group(
     sgld_lib.SGLDSettings(
@@ -102,6 +106,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       components=components,
       eval_size=cfg.eval_size,
       settings=cfg.sgld,
+      mesh=sharding.devices_mesh(cfg.model_axis, cfg.sgld.num_chains),
     )
     return {
       "chi": result.chi[:, 0],

@@ -85,6 +85,7 @@ SCRIPT = textwrap.dedent("""
     out["argument_bytes"] = [
         sgld.chains_memory(loss, params, data, jax.random.key(1), s.resolved(128),
                            mesh=mesh(1, m)).argument_size_in_bytes for m in (1, 2, 8)]
+    out["study_mesh"] = dict(sharding.devices_mesh(4, 8).shape)
     errors = {}
     for name, bad in (("axes", Mesh(np.array(devs), ("data",))), ("chains", mesh(8, 1))):
       try:
@@ -126,5 +127,6 @@ def test_a_chains_by_model_mesh_gives_the_one_device_estimates_with_parameters_s
       assert frac == pytest.approx(1 / int(m)), (m, name, frac)
   args = out["argument_bytes"]
   assert all(a > b for a, b in zip(args, args[1:])), args  # falling with the model axis
+  assert out["study_mesh"] == {"chains": 2, "model": 4}
   assert "mesh axes must be named 'chains' and 'model'" in out["errors"]["axes"]
   assert "chains axis (8 devices) must divide the 4 chains" in out["errors"]["chains"]

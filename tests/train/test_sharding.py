@@ -129,3 +129,11 @@ def test_a_sampler_mesh_is_put_in_chains_model_order_and_bad_ones_are_refused():
     sharding.sampler_mesh(Mesh(one, ("data",)))
   with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh; got tuple"):
     sharding.sampler_mesh((1, 8))
+
+
+def test_a_studys_model_axis_of_one_is_no_mesh_and_a_bad_one_is_refused():
+  from mechjax import sharding
+
+  assert sharding.devices_mesh(1, 4) is None
+  with pytest.raises(ValueError, match="model_axis=2 must divide the 1 devices and leave a chains"):
+    sharding.devices_mesh(2, 4)
