@@ -1,7 +1,7 @@
 """Per-device memory of the LLC sampler for Pythia-410m and Pythia-1.4B on 8 devices, from the
 compiled program's memory analysis at reduced depth, for docs/benchmarks.md "Running at scale".
 
-    python -m benchmarks.scale_plan                # about 15 minutes on 2 cores
+    python -m benchmarks.scale_plan                # about 17 minutes on 2 cores
 
 Nothing is run and no checkpoint is read: for each architecture (GPT-NeoX at the checkpoints' own
 widths, vocabulary 50,304, untied unembedding) the sampler's program (``sgld.chains_memory``:
@@ -50,6 +50,7 @@ ROWS = (
   ("pythia-1.4b", 8, (8, 1)),
   ("pythia-1.4b", 4, (4, 2)),
   ("pythia-1.4b", 2, (2, 4)),
+  ("pythia-1.4b", 1, (1, 8)),
 )
 flags.DEFINE_integer("seq_len", 256, "Tokens per window.")
 flags.DEFINE_integer("batch_size", 8, "Windows per SGLD step.")

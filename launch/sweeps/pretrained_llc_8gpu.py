@@ -1,0 +1,25 @@
+"""Every component's LLC and susceptibilities of Pythia-410m and Pythia-1.4B on one node of 8 GPUs
+of 80 GB: 8 chains, one per GPU (mesh (8, 1)); docs/benchmarks.md "Running at scale" gives the
+per-device memory (17.2 and 48.7 GiB by benchmarks/scale_plan.py).
+
+    python -m launch.sweep --sweep=launch/sweeps/pretrained_llc_8gpu.py \\
+        --root=/shared/sweeps/pythia --backend=slurm --partition=gpu --gpus_per_node=8 \\
+        --cpus_per_task=32 --mem=256G --dry_run
+
+The checkpoints and the token file must be on disk where the jobs run (nothing is downloaded).
+"""
+
+from launch.lib import zipped
+
+EXPERIMENT = "experiments.pretrained_llc"
+
+
+def get_sweep():
+  return zipped(
+    model=["checkpoints/pythia-410m", "checkpoints/pythia-1.4b"],
+    corpus=["corpus.tokens", "corpus.tokens"],
+    seq_len=[256, 256],
+    batch_size=[8, 8],
+    num_chains=[8, 8],
+    model_axis=[1, 1],
+  )

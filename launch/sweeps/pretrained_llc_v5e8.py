@@ -1,0 +1,26 @@
+"""Every component's LLC and susceptibilities of Pythia-410m and Pythia-1.4B on a TPU v5e-8 (16 GiB
+of HBM per chip): 4 chains of Pythia-410m on the mesh (4, 2) and 1 chain of Pythia-1.4B split over
+all 8 chips, (1, 8); docs/benchmarks.md "Running at scale" gives the per-device memory (8.8 and
+11.5 GiB by benchmarks/scale_plan.py).
+
+    python -m launch.sweep --sweep=launch/sweeps/pretrained_llc_v5e8.py --root=sweeps/pythia \\
+        --backend=tpu_vm --tpu_name=my-v5e-8 --zone=us-west4-a \\
+        --repo=https://github.com/ORG/mechjax.git --dry_run
+
+The checkpoints and the token file must be on the TPU VM's disk (nothing is downloaded).
+"""
+
+from launch.lib import zipped
+
+EXPERIMENT = "experiments.pretrained_llc"
+
+
+def get_sweep():
+  return zipped(
+    model=["checkpoints/pythia-410m", "checkpoints/pythia-1.4b"],
+    corpus=["corpus.tokens", "corpus.tokens"],
+    seq_len=[256, 256],
+    batch_size=[8, 8],
+    num_chains=[4, 1],
+    model_axis=[2, 8],
+  )
