@@ -15,9 +15,10 @@ statm``) after every call, and reports the growth from the end of the first 10 s
 * ``sgld``: :func:`mechjax.slt.sgld.sample_chains` on the attention-only transformer of
   :mod:`benchmarks.attention_workload` (4 chains × 100 steps, batch 32), split over the two
   devices, as the sampler runs it;
-* ``chi``: :func:`mechjax.slt.estimate_susceptibilities` of the same model's per-token losses on 8
-  probe sequences, with the same settings: the program whose growth (7 GB after an 8 × 600 run of
-  the induction study) made mechjax turn the fusions off.
+* ``chi``: :func:`mechjax.slt.estimate_susceptibilities` of the same model's per-token losses on 64
+  probe sequences (960 tokens), the full model and its 8 heads' weight restrictions, batch 64, as
+  the induction study runs it: the program whose growth (7 GB after an 8 × 600 run of that study)
+  made mechjax turn the fusions off.
 
 A growth that is there with the fusions and not without them is the defect; the output is what an
 upstream report needs (the jax and jaxlib versions, the program, the rates).
@@ -89,8 +90,17 @@ def program(workload: str, options: dict):
   from mechjax import slt
 
   per_token = lambda p, t: transformer.next_token_losses(net, p, t)  # noqa: E731
+  heads = transformer.head_masks(params, 2, 4)
   return lambda: slt.estimate_susceptibilities(
-    per_token, params, tokens, tokens[:8], key=jax.random.key(3), settings=s, mesh=chains
+    per_token,
+    params,
+    tokens,
+    tokens[:64],
+    key=jax.random.key(3),
+    components={"full": None, **heads},
+    settings=s,
+    batch_size=64,
+    mesh=chains,
   )
 
 
