@@ -316,6 +316,13 @@ def check_params(params: Params) -> None:
     )
 
 
+def is_streamed(data) -> bool:
+  """Whether ``data`` stay on the host and reach the chains a part at a time: a
+  :class:`mechjax.slt.stream.Streamed` (anything with its ``chains_run``; this module does not
+  import that one, which builds on it)."""
+  return callable(getattr(data, "chains_run", None))
+
+
 def is_sampler(data) -> bool:
   """Whether ``data`` is a device-side sampler ``sample_batch(key) -> batch`` rather than arrays."""
   return callable(data)
@@ -723,16 +730,14 @@ def sample_chains(
   if mesh is not None:
     mesh = sharding_lib.sampler_mesh(mesh, settings.num_chains)
     params_star, param_mask = sharding_lib.place((params_star, param_mask), mesh)
-  from mechjax.slt import stream  # local: stream builds on this module
-
-  if stream.is_streamed(data):
+  if is_streamed(data):
     if analyze:
       raise ValueError(
         "chains_memory measures the in-memory program; pass the arrays, not Streamed data"
       )
     return over_chains_on_devices(
       settings.num_chains,
-      lambda layout, per: stream.StreamedRun(
+      lambda layout, per: data.chains_run(
         loss_fn,
         dataclasses.replace(settings, num_chains=per),
         accumulator,
@@ -1026,9 +1031,7 @@ def resolve_data(
   ``sample_batch(key) -> batch`` has no ``n``: ``nβ`` must be given (it sets the posterior's
   sample size), and its batches must hold ``batch_size`` samples. With ``loss_fn`` and ``params``
   the loss's output shape is checked too (:func:`check_loss`)."""
-  from mechjax.slt import stream  # local: stream builds on this module
-
-  if stream.is_streamed(data):
+  if is_streamed(data):
     n = data.num_samples
     if settings.batch_size > n:
       raise ValueError(f"batch_size={settings.batch_size} exceeds the {n} streamed samples")

@@ -66,6 +66,11 @@ class Streamed:
     rows = self.num_samples if rows is None else rows
     return jax.ShapeDtypeStruct((rows, *self.array.shape[1:]), jnp.dtype(dtype))
 
+  def chains_run(self, loss_fn, settings, accumulator, layout, support, masked: bool):
+    """The :class:`StreamedRun` that :func:`mechjax.slt.sgld.sample_chains` calls with these
+    data."""
+    return StreamedRun(loss_fn, settings, accumulator, layout, support, masked)
+
   def gather(self, idx: np.ndarray) -> np.ndarray:
     """The samples at ``idx`` (any shape), shaped ``idx.shape + sample shape``."""
     rows = np.asarray(self.array[np.asarray(idx).reshape(-1)])
@@ -74,8 +79,7 @@ class Streamed:
     return rows.reshape(*np.shape(idx), *self.array.shape[1:])
 
 
-def is_streamed(data) -> bool:
-  return isinstance(data, Streamed)
+is_streamed = sgld.is_streamed
 
 
 def star_losses(loss_fn, params_star, data: Streamed, rows: int = 4096) -> jax.Array:
