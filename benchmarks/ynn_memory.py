@@ -4,10 +4,10 @@ process runs a program on two CPU devices, and the decision it supports (mechjax
 
     python -m benchmarks.ynn_memory                      # 60 s per worker, 6 workers
 
-Each worker is a fresh process with two CPU devices (``jax_num_cpu_devices``) that calls one
-jitted program over and over for ``--seconds``, reading its own resident memory (``/proc/self/
-statm``) after every call, and reports the growth from the end of the first 10 s to the end
-(MB/s). Two programs, each compiled with XLA's defaults (the YNN fusions on) and with
+Each worker is a fresh process with two CPU devices (``jax_num_cpu_devices``) that calls one jitted
+program over and over for ``--seconds``, reading its own resident memory (``/proc/self/statm``),
+and reports the growth from the end of the first 10 s to the end (MB/s). Four programs, each
+compiled with XLA's defaults (the YNN fusions on) and with
 ``xla_cpu_experimental_ynn_fusion_type=""`` (off):
 
 * ``matmul``: a ``shard_map`` over both devices of a ``lax.scan`` of 256 steps of ``x ←
@@ -18,7 +18,12 @@ statm``) after every call, and reports the growth from the end of the first 10 s
 * ``chi``: :func:`mechjax.slt.estimate_susceptibilities` of the same model's per-token losses on 64
   probe sequences (960 tokens), the full model and its 8 heads' weight restrictions, batch 64, as
   the induction study runs it: the program whose growth (7 GB after an 8 × 600 run of that study)
-  made mechjax turn the fusions off.
+  made mechjax turn the fusions off;
+* ``study``: that run itself, :mod:`benchmarks.susceptibility_vs_devinterp`'s mechjax worker at 8
+  chains × 600 draws on the induction study's trained transformer (one call takes minutes; run it
+  with ``--program=study --seconds=1``, which makes one call).
+
+The resident memory is read every 2 s from a thread, so a long call shows its growth as it runs.
 
 A growth that is there with the fusions and not without them is the defect; the output is what an
 upstream report needs (the jax and jaxlib versions, the program, the rates).
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 from absl import app
@@ -36,10 +42,12 @@ from absl import flags
 from benchmarks import timing
 from mechjax.train import flags as shared
 
-WORKLOADS = ("matmul", "sgld", "chi")
+WORKLOADS = ("matmul", "sgld", "chi", "study")
 flags.DEFINE_integer("seconds", 60, "How long each worker calls its program.")
-flags.DEFINE_multi_enum("program", list(WORKLOADS), WORKLOADS, "The programs to run.")
-flags.DEFINE_string("worker", None, "Internal: 'workload,ynn' with ynn 'on' or 'off'.")
+flags.DEFINE_multi_enum(
+  "program", ["matmul", "sgld", "chi"], WORKLOADS, "The programs to run (study: see above)."
+)
+flags.DEFINE_string("run_one", None, "Internal: 'program,ynn' with ynn 'on' or 'off' (a worker).")
 FLAGS = flags.FLAGS
 WARMUP_S = 10.0
 
@@ -70,6 +78,17 @@ def program(workload: str, options: dict):
       compiler_options=options,
     )
     return lambda: jax.block_until_ready(run(x, w))
+  if workload == "study":
+    import tempfile
+
+    from benchmarks import susceptibility_vs_devinterp as study
+    from mechjax import sharding
+
+    sharding.CPU_COMPILER_OPTIONS.clear()
+    sharding.CPU_COMPILER_OPTIONS.update(options)
+    inputs = study.make_inputs(study.study_config())
+    out = os.path.join(tempfile.mkdtemp(), "chi.npz")
+    return lambda: study.run_mechjax(inputs, 8, 600, out)
   from benchmarks import attention_workload
   from mechjax import sharding
   from mechjax.models import transformer
@@ -111,14 +130,22 @@ def worker(workload: str, ynn: str) -> dict:
   options = {} if ynn == "on" else {"xla_cpu_experimental_ynn_fusion_type": ""}
   run = program(workload, options)
   start = time.perf_counter()
-  samples = []
-  while (now := time.perf_counter() - start) < FLAGS.seconds:
+  samples, calls, done = [], 0, threading.Event()
+
+  def watch():
+    while not done.wait(2.0):
+      samples.append((time.perf_counter() - start, resident_mb()))
+
+  threading.Thread(target=watch, daemon=True).start()
+  while time.perf_counter() - start < FLAGS.seconds:
     run()
-    samples.append((now, resident_mb()))
+    calls += 1
+  done.set()
+  samples.append((time.perf_counter() - start, resident_mb()))
   warm = [(t, m) for t, m in samples if t >= WARMUP_S] or samples[-1:]
   (t0, m0), (t1, m1) = warm[0], samples[-1]
   return {
-    "calls": len(samples),
+    "calls": calls,
     "rss_after_warmup_mb": m0,
     "rss_end_mb": m1,
     "growth_mb_per_s": (m1 - m0) / max(t1 - t0, 1e-9),
@@ -129,8 +156,8 @@ def worker(workload: str, ynn: str) -> dict:
 
 def main(argv):
   del argv
-  if FLAGS.worker:
-    workload, ynn = FLAGS.worker.split(",")
+  if FLAGS.run_one:
+    workload, ynn = FLAGS.run_one.split(",")
     print(json.dumps(worker(workload, ynn)))
     return
   print(
@@ -140,7 +167,7 @@ def main(argv):
   for workload in FLAGS.program:
     for ynn in ("on", "off"):
       _, out = timing.run_worker(
-        "benchmarks.ynn_memory", f"--worker={workload},{ynn}", f"--seconds={FLAGS.seconds}"
+        "benchmarks.ynn_memory", f"--run_one={workload},{ynn}", f"--seconds={FLAGS.seconds}"
       )
       print(
         f"{workload:>8s} {ynn:>4s} {out['calls']:6d} {out['rss_after_warmup_mb']:17.0f} "
