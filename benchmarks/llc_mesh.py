@@ -24,24 +24,10 @@ import time
 from absl import app
 from absl import flags
 
+from benchmarks import pythia
 from benchmarks import timing
 from mechjax.train import flags as shared
 
-PYTHIA_14M = dict(
-  architectures=["GPTNeoXForCausalLM"],
-  vocab_size=50304,
-  hidden_size=128,
-  num_hidden_layers=6,
-  num_attention_heads=4,
-  intermediate_size=512,
-  hidden_act="gelu",
-  rotary_pct=0.25,
-  rotary_emb_base=10000,
-  max_position_embeddings=2048,
-  use_parallel_residual=True,
-  tie_word_embeddings=False,
-  layer_norm_eps=1e-5,
-)
 MESHES = ((4, 1), (2, 2), (1, 4))
 flags.DEFINE_integer("chains", 4, "SGLD chains (a multiple of 4).")
 flags.DEFINE_integer("draws", 20, "SGLD draws per chain.")
@@ -55,9 +41,7 @@ def model_and_params():
   import jax
   import jax.numpy as jnp
 
-  from mechjax.models import pretrained
-
-  model = pretrained.DecoderLM(pretrained.arch_from_config(PYTHIA_14M))
+  model = pythia.model(pythia.PYTHIA_14M)
   params = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
   return model, params
 

@@ -42,22 +42,9 @@ from absl import flags
 
 from benchmarks import peers
 from benchmarks import timing
+from benchmarks.pythia import PYTHIA_14M
 from mechjax.train import flags as shared
 
-PYTHIA_14M = dict(
-  vocab_size=50304,
-  hidden_size=128,
-  num_hidden_layers=6,
-  num_attention_heads=4,
-  intermediate_size=512,
-  hidden_act="gelu",
-  rotary_pct=0.25,
-  rotary_emb_base=10000,
-  max_position_embeddings=2048,
-  use_parallel_residual=True,
-  tie_word_embeddings=False,
-  layer_norm_eps=1e-5,
-)
 SEQ, NUM_WINDOWS, ACTIVE, SUCCESSORS = 32, 1024, 1024, 4
 SETTINGS = dict(step_size=1e-4, nbeta=30.0, localization=100.0)
 DEVINTERP_DEFAULTS = dict(num_chains=4, num_draws=200, batch_size=32)  # devinterp.slt.sampling

@@ -22,24 +22,10 @@ import time
 from absl import app
 from absl import flags
 
+from benchmarks import pythia
 from mechjax.train import flags as shared
 
-BASE = dict(
-  architectures=["GPTNeoXForCausalLM"],
-  vocab_size=50304,
-  num_attention_heads=16,
-  hidden_act="gelu",
-  rotary_pct=0.25,
-  rotary_emb_base=10000,
-  max_position_embeddings=2048,
-  use_parallel_residual=True,
-  tie_word_embeddings=False,
-  layer_norm_eps=1e-5,
-)
-ARCHS = {
-  "pythia-410m": dict(BASE, hidden_size=1024, intermediate_size=4096, num_hidden_layers=24),
-  "pythia-1.4b": dict(BASE, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24),
-}
+ARCHS = {"pythia-410m": pythia.PYTHIA_410M, "pythia-1.4b": pythia.PYTHIA_1_4B}
 # (model, chains, (chains axis, model axis)): a device holds chains / 8 of a chain's
 # parameter-shaped state (w*, the draw, the noise, the preconditioner) and runs chains / 8 of a
 # chain's batch, so the model axis is what lets fewer chains than devices share one chain's memory.
@@ -68,7 +54,7 @@ def per_device_bytes(cfg: dict, layers: int, chains: int, mesh) -> tuple[int, in
   from mechjax.models import pretrained
   from mechjax.slt import sgld
 
-  model = pretrained.DecoderLM(pretrained.arch_from_config(dict(cfg, num_hidden_layers=layers)))
+  model = pythia.model(cfg, num_hidden_layers=layers)
   shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
   params = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes["params"])
   loss_fn, _ = pretrained.lm_losses(model)
