@@ -229,11 +229,12 @@ def estimate_susceptibilities(
   masks = sharding.place(masks, mesh, lead=1)
   eval_data = _eval_batch(data, sampler, eval_data, eval_size, key)
   probe_shape = _output_shape(per_sample_loss, params, probes)
+  losses_at = jax.jit(per_sample_loss)  # one program, not a compiled program per operation
   observe_data = {
     "eval": eval_data,
     "probes": probes,
     "extra": observable_data,
-    "eval_loss_star": jnp.mean(per_sample_loss(params, eval_data)),
+    "eval_loss_star": jnp.mean(losses_at(params, eval_data)),
   }
   keys = sgld.chain_keys(key, s.num_chains)
   source = None if sampler is not None else data
@@ -275,7 +276,7 @@ def estimate_susceptibilities(
     nbeta=s.nbeta,
     dloss_means=np.asarray(merged.mean_dloss),
     dloss_star=np.asarray(
-      jnp.reshape(per_sample_loss(params, probes), (-1,)) - observe_data["eval_loss_star"]
+      jnp.reshape(losses_at(params, probes), (-1,)) - observe_data["eval_loss_star"]
     ),
     chi_per_chain=per_chain,
   )
