@@ -13,8 +13,10 @@ name it shares.
 
 from mechjax.slt import closed_forms
 from mechjax.slt import gaussian
+from mechjax.slt import mixing
 from mechjax.slt import toy_models
 from mechjax.slt.llc import ChainDivergedError
+from mechjax.slt.llc import ChainsNotMixedWarning
 from mechjax.slt.llc import LLCResult
 from mechjax.slt.llc import estimate_llc
 from mechjax.slt.llc import estimate_llc_batch
@@ -47,6 +49,7 @@ from mechjax.slt.susceptibility import standard_error
 
 __all__ = [
   "ChainDivergedError",
+  "ChainsNotMixedWarning",
   "LLCResult",
   "MeanLoss",
   "Moments",
@@ -66,6 +69,7 @@ __all__ = [
   "group_response",
   "group_response_se",
   "linear_response",
+  "mixing",
   "llc_response",
   "patterning_weights",
   "per_sample_star_losses",

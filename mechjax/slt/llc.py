@@ -33,6 +33,7 @@ from jax.sharding import Mesh
 
 from mechjax import rng
 from mechjax import sharding
+from mechjax.slt import mixing
 from mechjax.slt import sgld
 from mechjax.slt import stream
 from mechjax.train import loop
@@ -44,6 +45,12 @@ INIT_LOSS_BATCHES = 64
 class ChainDivergedError(FloatingPointError):
   """A chain's loss became NaN or infinite; the message names the chain, the draw and the step
   size."""
+
+
+class ChainsNotMixedWarning(UserWarning):
+  """The LLC's chains fail Vehtari et al.'s rule of thumb (:mod:`mechjax.slt.mixing`): R̂ above
+  1.01, or a bulk effective sample size under 100 per chain. Silence it with
+  ``warnings.simplefilter("ignore", ChainsNotMixedWarning)``."""
 
 
 @dataclasses.dataclass
@@ -59,8 +66,14 @@ class LLCResult:
     llc_std: the standard deviation of the per-chain estimates.
     llc_per_chain: ``(num_chains,)`` per-chain estimates.
     loss_trace: ``(num_chains, num_draws)`` minibatch losses at the draws, burn-in excluded.
+    llc_trace: ``(num_chains, num_draws)`` the terms whose mean over the draws is a chain's
+      estimate, ``nβ·(L_{B_t}(w_t) − L_{B_t}(w*))``.
     init_loss: ``L_n(w*)``.
-    diagnostics: sampler health, averaged over the draws: ``mala_acceptance`` (with MALA on; the
+    diagnostics: whether the chains mixed, from ``llc_trace`` (:mod:`mechjax.slt.mixing`, Vehtari
+      et al. 2021): ``rhat`` (rank-normalised split-R̂; trust the draws below 1.01), ``ess_bulk``
+      and ``ess_tail`` (effective sample sizes of all the draws; Vehtari et al. ask for 100 per
+      chain), NaN with fewer than 8 draws. A :class:`ChainsNotMixedWarning` says when either rule
+      fails. Then sampler health, averaged over the draws: ``mala_acceptance`` (with MALA on; the
       mean over the ``mala_steps`` draws on which it was evaluated, every ``mala_every``-th step),
       ``drift_norm_mean``, ``noise_norm_mean``, ``distance_mean`` and ``distance_final`` from
       ``w*``, ``fraction_below_init_loss``, the ``nbeta`` used, and ``star_loss`` (the path that
@@ -71,6 +84,7 @@ class LLCResult:
   llc_std: float | np.ndarray  # a float; (B,)
   llc_per_chain: np.ndarray  # (num_chains,); (B, num_chains)
   loss_trace: np.ndarray  # (num_chains, num_draws), burn-in excluded; (B, num_chains, num_draws)
+  llc_trace: np.ndarray  # (num_chains, num_draws); (B, num_chains, num_draws)
   init_loss: float | np.ndarray  # a float; (B,)
   diagnostics: dict[str, Any]  # floats and path names; (B,) arrays but nbeta and the path names
 
@@ -300,11 +314,13 @@ def estimate_llc(
   if l0 is None:
     l0 = init_loss(loss_fn, params, data, key, s.batch_size)
   out = _summarise(traces, s, np.asarray(l0), path, reason)
+  _warn_if_not_mixed("estimate_llc", out.diagnostics, s.num_chains)
   return LLCResult(
     llc_mean=float(out.llc_mean),
     llc_std=float(out.llc_std),
     llc_per_chain=out.llc_per_chain,
     loss_trace=out.loss_trace,
+    llc_trace=out.llc_trace,
     init_loss=l0,
     diagnostics={
       k: (float(v) if isinstance(v, np.ndarray) and v.ndim == 0 else v)
@@ -386,7 +402,15 @@ def estimate_llc_batch(
         for b in range(num_points)
       ]
     )
-  return _summarise(traces, s, l0, path, reason)
+  out = _summarise(traces, s, l0, path, reason)
+  _warn_if_not_mixed("estimate_llc_batch", out.diagnostics, s.num_chains)
+  return out
+
+
+def _warn_if_not_mixed(name: str, diagnostics: dict, num_chains: int) -> None:
+  line = mixing.warning(f"{name} (the LLC)", diagnostics, num_chains)
+  if line is not None:
+    warnings.warn(line, ChainsNotMixedWarning, stacklevel=3)
 
 
 def _point_keys(key, num_points: int) -> jax.Array:
@@ -427,9 +451,11 @@ def _summarise(traces, s: sgld.SGLDSettings, l0, path: str, reason: str) -> LLCR
   keep = lambda name: np.asarray(traces[name], np.float64)[..., s.num_burnin :]  # noqa: E731
   loss_trace = keep("loss")
   delta = loss_trace - keep("loss_at_star")
-  per_chain = s.nbeta * delta.mean(axis=-1)
+  llc_trace = s.nbeta * delta
+  per_chain = llc_trace.mean(axis=-1)
   draws_axes = (-2, -1)
   diagnostics = {
+    **_mixing(llc_trace),
     "fraction_below_init_loss": np.mean(delta < 0, axis=draws_axes),  # below w*'s, same minibatch
     "distance_final": keep("distance")[..., -1],
     "distance_mean": keep("distance").mean(axis=draws_axes),
@@ -456,6 +482,16 @@ def _summarise(traces, s: sgld.SGLDSettings, l0, path: str, reason: str) -> LLCR
     llc_std=per_chain.std(axis=-1),
     llc_per_chain=per_chain,
     loss_trace=loss_trace,
+    llc_trace=llc_trace,
     init_loss=l0,
     diagnostics=diagnostics,
   )
+
+
+def _mixing(llc_trace: np.ndarray) -> dict[str, np.ndarray]:
+  """R̂ and the bulk and tail ESS of the LLC's traces (per point when there is a point axis); NaN
+  when the split chains would have fewer than 4 draws each."""
+  if llc_trace.shape[-1] < 8:
+    nan = np.full(llc_trace.shape[:-2], np.nan)
+    return {"rhat": nan, "ess_bulk": nan, "ess_tail": nan}
+  return mixing.summary(llc_trace)
