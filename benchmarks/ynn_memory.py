@@ -19,6 +19,10 @@ compiled with XLA's defaults (the YNN fusions on) and with
   probe sequences (960 tokens), the full model and its 8 heads' weight restrictions, batch 64, as
   the induction study runs it: the program whose growth (7 GB after an 8 × 600 run of that study)
   made mechjax turn the fusions off;
+* ``llc``: :func:`mechjax.slt.estimate_llc` with its defaults at 16 chains × 5,000 draws on the
+  37,184-parameter next-token model of :mod:`benchmarks.llc_vs_devinterp` (its weights and data),
+  the chains split over the two devices: the LLC benchmark's call, five times longer (about 90 s;
+  run it with ``--program=llc --seconds=1``), which the fusions would make about 1.3× faster;
 * ``study``: that run itself, :mod:`benchmarks.susceptibility_vs_devinterp`'s mechjax worker at 8
   chains × 600 draws on the induction study's trained transformer (one call takes minutes; run it
   with ``--program=study --seconds=1``, which makes one call).
@@ -42,7 +46,7 @@ from absl import flags
 from benchmarks import timing
 from mechjax.train import flags as shared
 
-WORKLOADS = ("matmul", "sgld", "chi", "study")
+WORKLOADS = ("matmul", "sgld", "chi", "llc", "study")
 flags.DEFINE_integer("seconds", 60, "How long each worker calls its program.")
 flags.DEFINE_multi_enum(
   "program", ["matmul", "sgld", "chi"], WORKLOADS, "The programs to run (study: see above)."
@@ -89,6 +93,24 @@ def program(workload: str, options: dict):
     inputs = study.make_inputs(study.study_config())
     out = os.path.join(tempfile.mkdtemp(), "chi.npz")
     return lambda: study.run_mechjax(inputs, 8, 600, out)
+  if workload == "llc":
+    import warnings
+
+    from benchmarks import llc_vs_devinterp as bench
+    from mechjax import sharding
+    from mechjax import slt
+
+    warnings.simplefilter("ignore", slt.ChainsNotMixedWarning)
+    sharding.CPU_COMPILER_OPTIONS.clear()
+    sharding.CPU_COMPILER_OPTIONS.update(options)
+    ids = np.random.default_rng(1).integers(0, bench.VOCAB, (bench.NUM_SEQUENCES, bench.SEQ))
+    weights, _ = bench.pretrain(bench.init_weights(), ids.astype(np.int32))
+    params = {k: jnp.asarray(v) for k, v in weights.items()}
+    data = {"input_ids": jnp.asarray(ids, jnp.int32)}
+    return lambda: slt.estimate_llc(
+      bench.jax_loss, params, data, key=jax.random.key(0), num_chains=16, num_draws=5000,
+      **bench.SETTINGS,
+    )  # fmt: skip
   from benchmarks import attention_workload
   from mechjax import sharding
   from mechjax.models import transformer
