@@ -51,7 +51,8 @@ from mechjax.train import loop
 
 NAME = "llc_dynamics"
 RUN = "dln"
-DIAGNOSTICS = ("fraction_below_init_loss", "mala_acceptance", "distance_mean")  # in llc.jsonl
+DIAGNOSTICS = ("fraction_below_init_loss", "mala_acceptance", "distance_mean", "rhat", "ess_bulk")
+MIXING = (("rhat", np.nanmax), ("ess_bulk", np.nanmin))  # summary: worst over checkpoints × seeds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,6 +263,7 @@ def summarize(cfg: Config, history: list[dict], rows: list[dict]) -> dict:
       "final_relative_error": final.mean() / lams[cfg.rank] - 1,
       "by_learned_modes": by_rank,
       "final_mala_acceptance": np.mean([r["mala_acceptance"] for r in g if r["step"] == last]),
+      **{f"{k}_{m.__name__[3:]}": m([r.get(k, np.nan) for r in g]) for k, m in MIXING},
     }
   return out
 
@@ -317,8 +319,7 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
 
 @frame.study
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-  """Trains (resuming), estimates the LLC at every checkpoint (resuming), writes summary.json and
-  the figure."""
+  """Trains and estimates the LLC at every checkpoint (each resuming); the summary and figure."""
   data = make_data(cfg)
   result = ctx.train(
     RUN,
@@ -355,7 +356,7 @@ def report(summary: dict) -> list[str]:
   for gamma, g in summary["localizations"].items():
     lines.append(
       f"  γ = {gamma}: final LLC {g['final_llc_mean']:.2f} ± {g['final_llc_sd_over_seeds']:.2f} "
-      "(sd over seeds) "
+      f"(sd over seeds; chains: R̂ ≤ {g['rhat_max']:.3f}, bulk ESS ≥ {g['ess_bulk_min']:.0f}) "
       f"vs λ({len(lams) - 1}) = {lams[-1]:g} ({100 * g['final_relative_error']:+.1f}%); "
       + "; ".join(
         f"r={r}: median {v['median_llc']:.2f}, {100 * v['negative_fraction']:.0f}% negative"

@@ -85,7 +85,10 @@ def test_experiment_writes_summary_and_figure(tmp_path, run_cli):
   ]
   assert os.path.getsize(tmp_path / "run" / "figures" / "llc_dynamics.png") > 10_000
   assert check_report(tmp_path / "run") == ["figures/llc_dynamics.png"]
-  assert "final LLC" in done.stdout
+  assert "final LLC" in done.stdout and "chains: R̂ ≤ " in done.stdout
+  # Whether the chains mixed, the worst over checkpoints: 2 chains of 30 draws have an ESS < 200.
+  mixed = summary["localizations"]["100"]
+  assert mixed["rhat_max"] > 0.9 and 0 < mixed["ess_bulk_min"] < 200, mixed
   # A refused setting stops the command before anything is written (each refused value is checked
   # in-process in tests/test_config.py).
   too_deep = run_cli(
