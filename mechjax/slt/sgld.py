@@ -1147,9 +1147,12 @@ def _points_program(
   return jit_over_chains(run, layout, num_args=6, split_args=(2, 3))
 
 
-def jit_over_chains(run: Callable, layout, chain_axis: int = 0, num_args: int = 5, split_args=(2,)):
+def jit_over_chains(
+  run: Callable, layout, chain_axis: int = 0, num_args: int = 5, split_args=(2,), split_axes=None
+):
   """``jit(run)`` for ``run(params, data, keys, mask, accumulator_data, ...)`` (``num_args``
-  arguments; the chain keys, and any other per-chain arguments, at the positions ``split_args``).
+  arguments; the chain keys, and any other per-chain arguments, at the positions ``split_args``,
+  each with its chain axis first or at ``split_axes[position]``).
 
   With a ``layout`` (a mesh whose first axis is ``chains``: :func:`mechjax.sharding.leading_axis`'s,
   or :func:`mechjax.sharding.sampler_mesh`'s) ``run`` becomes the body of a ``shard_map`` that is
@@ -1165,7 +1168,10 @@ def jit_over_chains(run: Callable, layout, chain_axis: int = 0, num_args: int = 
   from jax.sharding import PartitionSpec as P
 
   name = layout.axis_names[0]
-  in_specs = tuple(P(name) if i in split_args else P() for i in range(num_args))
+  axes = split_axes or {}
+  in_specs = tuple(
+    P(*[None] * axes.get(i, 0), name) if i in split_args else P() for i in range(num_args)
+  )
   body = jax.shard_map(
     run,
     mesh=layout,

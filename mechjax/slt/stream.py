@@ -177,35 +177,48 @@ class StreamedRun:
   def __call__(
     self, params_star, streamed: Streamed, keys, param_mask, accumulator_data, star_losses
   ):
-    s = self.settings
     carry = self.start(params_star, keys, param_mask, accumulator_data)
-    program = self.part
-    indices = _indices_program(s.batch_size, streamed.num_samples)
-    size = part_length(s.num_steps, streamed.steps_per_chunk)
-    parts = [np.arange(a, min(a + size, s.num_steps)) for a in range(0, s.num_steps, size)]
-    # A part's indices are computed before the previous part is dispatched (a device runs its
-    # programs in order), so the host gathers them while that part runs.
-    star = None if star_losses is None else np.asarray(star_losses)
 
-    def gather(idx):
-      idx = np.asarray(idx)
-      return streamed.gather(idx), None if star is None else star[idx]
+    def part(carry, steps, batches, star_batches):
+      out = self.part(
+        params_star, keys, carry, steps, batches, star_batches, param_mask, accumulator_data
+      )
+      out.pop("accumulated", None)
+      return out.pop("carry"), out
 
-    traces = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mechjax-stream") as pool:
-      pending = pool.submit(gather, indices(keys, parts[0]))
-      for i, steps in enumerate(parts):
-        batches, star_batches = pending.result()
-        following = indices(keys, parts[i + 1]) if i + 1 < len(parts) else None
-        out = program(
-          params_star, keys, carry, steps, batches, star_batches, param_mask, accumulator_data
-        )
-        if following is not None:
-          pending = pool.submit(gather, following)
-        carry = out.pop("carry")
-        out.pop("accumulated", None)
-        traces.append(out)
+    carry, traces = run_parts(streamed, keys, self.settings, carry, part, star_losses)
     joined = {k: jnp.concatenate([t[k] for t in traces], axis=1) for k in traces[0]}
     if self.accumulator is not None:
       joined["accumulated"] = carry[2]
     return joined
+
+
+def run_parts(streamed: Streamed, keys, settings, carry, part, star_losses=None):
+  """The chains of ``keys`` through ``settings.num_steps`` steps in parts (:func:`part_length`):
+  ``part(carry, steps, batches, star_batches) -> (carry, traces)`` runs one on the samples the
+  in-memory sampler would draw (``(chains, len(steps), batch_size, ...)``, gathered on the host
+  while the previous part runs; ``star_batches`` their entries of ``star_losses``, or None).
+  Returns the last carry and the parts' traces, in order."""
+  s = settings
+  indices = _indices_program(s.batch_size, streamed.num_samples)
+  size = part_length(s.num_steps, streamed.steps_per_chunk)
+  parts = [np.arange(a, min(a + size, s.num_steps)) for a in range(0, s.num_steps, size)]
+  # A part's indices are computed before the previous part is dispatched (a device runs its
+  # programs in order), so the host gathers them while that part runs.
+  star = None if star_losses is None else np.asarray(star_losses)
+
+  def gather(idx):
+    idx = np.asarray(idx)
+    return streamed.gather(idx), None if star is None else star[idx]
+
+  traces = []
+  with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mechjax-stream") as pool:
+    pending = pool.submit(gather, indices(keys, parts[0]))
+    for i, steps in enumerate(parts):
+      batches, star_batches = pending.result()
+      following = indices(keys, parts[i + 1]) if i + 1 < len(parts) else None
+      carry, out = part(carry, steps, batches, star_batches)
+      if following is not None:
+        pending = pool.submit(gather, following)
+      traces.append(out)
+  return carry, traces

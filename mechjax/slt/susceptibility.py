@@ -32,6 +32,7 @@ from jax.sharding import Mesh
 from mechjax import rng
 from mechjax import sharding
 from mechjax.slt import sgld
+from mechjax.slt import stream
 from mechjax.slt.moments import StreamedMoments
 from mechjax.slt.moments import moments_covariance
 from mechjax.slt.moments import moments_reduce
@@ -194,7 +195,10 @@ def estimate_susceptibilities(
     data: the training data, a pytree with the sample axis first; or a device-side sampler
       ``sample_batch(key) -> batch`` of ``batch_size`` samples (then ``nbeta`` is required, every
       SGLD step sees a fresh batch, and the evaluation subset is ``eval_size`` samples drawn from
-      it once). Non-float leaves of ``params`` are held fixed.
+      it once). Or host data streamed to the chains a part of steps at a time
+      (:class:`mechjax.slt.stream.Streamed`, e.g. a token file's windows): the χ of the in-memory
+      call with the same key, to float rounding, with the evaluation subset gathered once. Non-float
+      leaves of ``params`` are held fixed.
     probes: a pytree of probe samples in the same format.
     key: every random choice derives from it.
     components: ``{name: mask}``; default ``{"all": None}``.
@@ -238,22 +242,20 @@ def estimate_susceptibilities(
   }
   keys = sgld.chain_keys(key, s.num_chains)
   source = None if sampler is not None else data
-  mom = jax.device_get(
-    sgld.over_chains_on_devices(
-      s.num_chains,
-      lambda layout, per: _components_program(
-        per_sample_loss,
-        dataclasses.replace(s, num_chains=per),
-        observable,
-        layout,
-        sampler,
-        distinct,
-      ),
-      lambda program, part: program(params, source, keys[part], (masks, branch), observe_data),
-      axis=1,
-      mesh=mesh,
+  if stream.is_streamed(data):  # every component on the union of the supports: one carry shape
+    union = (tuple(map(any, zip(*distinct))),)
+    build = lambda layout, per: _StreamedComponents(  # noqa: E731
+      per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, union
     )
-  )
+    run = lambda program, part: program(params, data, keys[part], masks, observe_data)  # noqa: E731
+  else:
+    build = lambda layout, per: _components_program(  # noqa: E731
+      per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, sampler, distinct
+    )
+    run = lambda program, part: program(  # noqa: E731
+      params, source, keys[part], (masks, branch), observe_data
+    )
+  mom = jax.device_get(sgld.over_chains_on_devices(s.num_chains, build, run, axis=1, mesh=mesh))
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
   merged = jax.vmap(moments_reduce)(jax.tree.map(jnp.asarray, mom))
   chi = -np.asarray(moments_covariance(merged))
@@ -318,11 +320,12 @@ def _eval_batch(data, sampler, eval_data, eval_size: int, key: jax.Array):
     return eval_data
   if sampler is not None:
     return draw_samples(sampler, rng.fold(key, "eval-subset"), eval_size)
-  n = jax.tree.leaves(data)[0].shape[0]
+  streamed = stream.is_streamed(data)
+  n = data.num_samples if streamed else jax.tree.leaves(data)[0].shape[0]
   if n <= eval_size:
-    return data
+    return data.gather(np.arange(n)) if streamed else data
   idx = jax.random.choice(rng.fold(key, "eval-subset"), n, (eval_size,), replace=False)
-  return jax.tree.map(lambda a: a[idx], data)
+  return data.gather(np.asarray(idx)) if streamed else jax.tree.map(lambda a: a[idx], data)
 
 
 def _check_batch(name: str, batch, data) -> None:
@@ -458,6 +461,66 @@ def _components_program(
     return sgld.over_chains(component, how, *masks_and_branch)
 
   return sgld.jit_over_chains(run, layout, chain_axis=1)  # outputs are (components, chains, ...)
+
+
+@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+def _streamed_programs(per_sample_loss, settings: sgld.SGLDSettings, observable, layout, supports):
+  """:func:`_components_program` for data streamed from the host (:mod:`mechjax.slt.stream`): a
+  program for the chains' first carries, ``(components, chains, ...)``, and one for a part of
+  steps on gathered batches, shared by every component (their chains have the same keys). One
+  support for all the components (the carries must have one shape)."""
+  loss_fn = sgld.MeanLoss(per_sample_loss)
+  accumulator = StreamedMoments(
+    _ComponentObserve(per_sample_loss, observable), start=settings.num_burnin
+  )
+  how, (support,) = sgld.chain_loop(settings), supports
+
+  def start(params, keys, masks, observe_data):
+    place = sharding.model_constraint(layout) or (lambda tree: tree)
+    first = lambda mask: sgld.chain_start(  # noqa: E731
+      params, mask, support, accumulator, observe_data, place
+    )
+    return sgld.over_chains(lambda mask: jax.vmap(lambda _: first(mask))(keys), how, masks)
+
+  def part(params, keys, carry, steps, batches, masks, observe_data):
+    def chain(mask, key, carry, batches):
+      return sgld.sample_chain(
+        loss_fn, params, None, key, steps.shape[0], settings, mask, accumulator, observe_data,
+        loss_at_star=False, support=support, constrain=sharding.model_constraint(layout),
+        feed=(carry, steps, batches, None),
+      )["carry"]  # fmt: skip
+
+    per_component = lambda mask, carry: sgld.over_chains(  # noqa: E731
+      functools.partial(chain, mask), how, keys, carry, batches
+    )
+    return sgld.over_chains(per_component, how, masks, carry)
+
+  return (
+    sgld.jit_over_chains(start, layout, chain_axis=1, num_args=4, split_args=(1,)),
+    sgld.jit_over_chains(
+      part, layout, chain_axis=1, num_args=7, split_args=(1, 2, 4), split_axes={2: 1}
+    ),
+  )
+
+
+class _StreamedComponents:
+  """Every component's chains on :class:`mechjax.slt.stream.Streamed` data, in parts of steps
+  (:func:`mechjax.slt.stream.run_parts`); called like :func:`_components_program`'s program with
+  the stacked masks, it returns the same ``(components, chains)`` moments."""
+
+  def __init__(self, per_sample_loss, settings, observable, layout, supports):
+    self.settings = settings
+    self.start, self.part = _streamed_programs(
+      per_sample_loss, settings, observable, layout, supports
+    )
+
+  def __call__(self, params, streamed, keys, masks, observe_data):
+    def part(carry, steps, batches, _):
+      return self.part(params, keys, carry, steps, batches, masks, observe_data), None
+
+    first = self.start(params, keys, masks, observe_data)
+    carry, _ = stream.run_parts(streamed, keys, self.settings, first, part)
+    return carry[2]
 
 
 def principal_directions(chi, num: int | None = None, center: bool = True) -> dict[str, np.ndarray]:

@@ -135,3 +135,51 @@ def test_bad_streamed_data_are_refused(corpus):
   small = slt.Streamed(tokens.disk_windows(ids, 8)[:4], dtype=np.int32)
   with pytest.raises(ValueError, match="batch_size=6 exceeds the 4 streamed samples"):
     slt.estimate_llc(bigram_loss, params, small, key=jax.random.key(0), **SETTINGS)
+
+
+def bigram_token_losses(params, windows):
+  """Per-token losses of the bigram model, ``(windows, positions)``."""
+  logp = jax.nn.log_softmax(params["embed"][windows[:, :-1]] @ params["unembed"])
+  return -jnp.take_along_axis(logp, windows[:, 1:, None], axis=-1)[..., 0]
+
+
+def test_streamed_susceptibilities_are_the_in_memory_ones_with_the_same_key(corpus):
+  ids, params = corpus
+  windows = tokens.disk_windows(ids, 8)
+  probes = np.asarray(windows[:2], np.int32)
+  embed_only = {
+    "embed": jnp.ones_like(params["embed"]),
+    "unembed": jnp.zeros_like(params["unembed"]),
+  }
+  kwargs = dict(
+    key=jax.random.key(4), components={"all": None, "embed": embed_only}, eval_size=16,
+    **{k: v for k, v in SETTINGS.items() if k != "star_loss"},
+  )  # fmt: skip
+  memory = slt.estimate_susceptibilities(
+    bigram_token_losses, params, np.asarray(windows, np.int32), probes, **kwargs
+  )
+  streamed = slt.estimate_susceptibilities(
+    bigram_token_losses,
+    params,
+    slt.Streamed(windows, steps_per_chunk=4, dtype=np.int32),  # 35 steps: parts of 4 and a 3
+    probes,
+    **kwargs,
+  )
+  assert streamed.chi.shape == (2, 1, 14) and np.all(np.abs(memory.chi) > 0)
+  # Float tolerance, not bits: the parts are programs of their own, whose compiled arithmetic may
+  # round an ulp differently from the one long scan; over 35 steps that stayed under 1e-5 relative
+  # (measured 6e-6). Another key, below, moves χ by far more.
+  scale = np.abs(memory.chi_per_chain).max()
+  np.testing.assert_allclose(
+    streamed.chi_per_chain, memory.chi_per_chain, rtol=1e-4, atol=1e-6 * scale
+  )
+  np.testing.assert_allclose(streamed.llc, memory.llc, rtol=1e-4)
+  np.testing.assert_array_equal(streamed.dloss_star, memory.dloss_star)
+  other = slt.estimate_susceptibilities(
+    bigram_token_losses,
+    params,
+    slt.Streamed(windows, steps_per_chunk=4, dtype=np.int32),
+    probes,
+    **{**kwargs, "key": jax.random.key(5)},
+  )
+  assert np.abs(other.chi - streamed.chi).max() > 1e-2 * np.abs(streamed.chi).max()
