@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl import flags as absl_flags
 
 from mechjax.align.haar import haar_orthogonal
 from mechjax.models.transformer import fold_rmsnorm_gains
@@ -14,6 +15,7 @@ from mechjax.models.transformer import rotate_residual
 from mechjax.studies import polymorphism as study
 from mechjax.studies import polymorphism_analysis as analysis_lib
 from mechjax.studies import polymorphism_report as report_lib
+from mechjax.train import flags as train_flags
 from tests.helpers import check_report
 from tests.helpers import run_module
 
@@ -168,19 +170,31 @@ def test_experiment_writes_the_table_and_figures(tmp_path):
     assert rot["sgd/resid_post_1/0_1"].shape == (16, 16)
 
 
+BAD_FLAGS = [
+  ("--optimizer=rmsprop", "--optimizer"),
+  ("--num_seeds=1", "--num_seeds"),
+  ("--num_heads=3", "--num_heads"),
+  ("--sgd_momentum=1", "--sgd_momentum"),
+  ("--sae_top_k=300", "--sae_top_k"),
+  ("--num_null=5", "--num_null"),
+]
+
+
+@pytest.mark.parametrize("flag,name", BAD_FLAGS)
+def test_bad_flags_are_refused_naming_the_flag(flag, name):
+  """The experiment's flags, parsed as its command line parses them, into its config."""
+  fv = absl_flags.FlagValues()
+  train_flags.define(
+    study.Config, module_name="experiments.polymorphism", workdir="w", flag_values=fv
+  )
+  with pytest.raises((train_flags.FlagError, absl_flags.Error), match=name):
+    fv(["polymorphism", flag])
+    train_flags.config_from_flags(study.Config, fv)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-  "flag,name",
-  [
-    ("--optimizer=rmsprop", "--optimizer"),
-    ("--num_seeds=1", "--num_seeds"),
-    ("--num_heads=3", "--num_heads"),
-    ("--sgd_momentum=1", "--sgd_momentum"),
-    ("--sae_top_k=300", "--sae_top_k"),
-    ("--num_null=5", "--num_null"),
-  ],
-)
-def test_bad_flags_give_one_line(flag, name, tmp_path):
+def test_a_bad_flag_gives_one_line_and_writes_nothing(tmp_path):
+  flag, name = BAD_FLAGS[1]
   r = run_module("experiments.polymorphism", flag, f"--workdir={tmp_path / 'w'}")
   assert r.returncode == 2, r.stderr
   lines = r.stderr.strip().splitlines()
