@@ -34,19 +34,15 @@ FLAGS = flags.FLAGS
 
 def worker(impl: str) -> dict:
   import jax
-  import jax.numpy as jnp
 
   import mechjax
   from mechjax import slt
-  from mechjax.models import transformer
 
   mechjax.use_all_cpu_cores()
   net, params, tokens = attention_workload.inputs()
-  loss = lambda p, t: jnp.mean(transformer.next_token_losses(net, p, t))  # noqa: E731
+  loss = attention_workload.mean_loss(net)
   settings = slt.SGLDSettings(
-    step_size=1e-4,
-    localization=100.0,
-    batch_size=32,
+    **attention_workload.SGLD,
     num_chains=FLAGS.chains,
     num_draws=FLAGS.draws,
     mala=False,

@@ -39,7 +39,6 @@ FLAGS = flags.FLAGS
 
 def worker(workload: str, draws: int) -> dict:
   import jax
-  import jax.numpy as jnp
   import numpy as np
 
   from mechjax import slt
@@ -47,12 +46,10 @@ def worker(workload: str, draws: int) -> dict:
   from mechjax.models import transformer
 
   net, params, tokens = attention_workload.inputs()
-  settings = slt.SGLDSettings(
-    step_size=1e-4, localization=100.0, batch_size=32, num_draws=draws, num_burnin=0
-  )
-  per_token = lambda p, t: transformer.next_token_losses(net, p, t)  # noqa: E731
+  settings = slt.SGLDSettings(**attention_workload.SGLD, num_draws=draws, num_burnin=0)
+  per_token = attention_workload.token_losses(net)
   if workload == "llc":
-    mean_loss = lambda p, t: jnp.mean(per_token(p, t))  # noqa: E731
+    mean_loss = attention_workload.mean_loss(net)
     res = slt.estimate_llc(mean_loss, params, tokens, key=jax.random.key(2), settings=settings)
     return {"estimate": float(res.llc_mean)}
   probes = repeats.sample(

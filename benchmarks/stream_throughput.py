@@ -54,20 +54,14 @@ def main(argv):
 
   mechjax.use_all_cpu_cores()
   import jax
-  import jax.numpy as jnp
 
   from mechjax import slt
   from mechjax.data import tokens
-  from mechjax.models import transformer
 
   net, params, _ = attention_workload.inputs()
-  loss = lambda p, t: jnp.mean(transformer.next_token_losses(net, p, t))  # noqa: E731
+  loss = attention_workload.mean_loss(net)
   settings = slt.SGLDSettings(
-    step_size=1e-4,
-    localization=100.0,
-    batch_size=32,
-    num_chains=FLAGS.chains,
-    num_draws=FLAGS.draws,
+    **attention_workload.SGLD, num_chains=FLAGS.chains, num_draws=FLAGS.draws
   )
   with tempfile.TemporaryDirectory() as tmp:
     path = tokens.write_tokens(

@@ -120,17 +120,15 @@ def program(workload: str, options: dict):
   sharding.CPU_COMPILER_OPTIONS.clear()
   sharding.CPU_COMPILER_OPTIONS.update(options)
   net, params, tokens = attention_workload.inputs()
-  loss = lambda p, t: jnp.mean(transformer.next_token_losses(net, p, t))  # noqa: E731
-  s = sgld.SGLDSettings(
-    step_size=1e-4, localization=100.0, batch_size=32, num_chains=4, num_draws=100, mala=False
-  )
+  loss = attention_workload.mean_loss(net)
+  s = sgld.SGLDSettings(**attention_workload.SGLD, num_chains=4, num_draws=100, mala=False)
   if workload == "sgld":
     return lambda: jax.block_until_ready(
       sgld.sample_chains(loss, params, tokens, jax.random.key(2), s, mesh=chains)
     )
   from mechjax import slt
 
-  per_token = lambda p, t: transformer.next_token_losses(net, p, t)  # noqa: E731
+  per_token = attention_workload.token_losses(net)
   heads = transformer.head_masks(params, 2, 4)
   return lambda: slt.estimate_susceptibilities(
     per_token,
