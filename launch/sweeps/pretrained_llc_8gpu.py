@@ -14,12 +14,18 @@ from launch.lib import zipped
 EXPERIMENT = "experiments.pretrained_llc"
 
 
-def get_sweep():
+def pythia(num_chains: list[int], model_axis: list[int]):
+  """Pythia-410m and Pythia-1.4B on the token file, windows of 256, batch 8, with each model's
+  chains and model axis (the v5e-8 sweep uses it too)."""
   return zipped(
     model=["checkpoints/pythia-410m", "checkpoints/pythia-1.4b"],
     corpus=["corpus.tokens", "corpus.tokens"],
     seq_len=[256, 256],
     batch_size=[8, 8],
-    num_chains=[8, 8],
-    model_axis=[1, 1],
+    num_chains=num_chains,
+    model_axis=model_axis,
   )
+
+
+def get_sweep():
+  return pythia(num_chains=[8, 8], model_axis=[1, 1])

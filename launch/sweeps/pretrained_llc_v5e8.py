@@ -10,17 +10,10 @@ all 8 chips, (1, 8); docs/benchmarks.md "Running at scale" gives the per-device 
 The checkpoints and the token file must be on the TPU VM's disk (nothing is downloaded).
 """
 
-from launch.lib import zipped
+from launch.sweeps.pretrained_llc_8gpu import pythia
 
 EXPERIMENT = "experiments.pretrained_llc"
 
 
 def get_sweep():
-  return zipped(
-    model=["checkpoints/pythia-410m", "checkpoints/pythia-1.4b"],
-    corpus=["corpus.tokens", "corpus.tokens"],
-    seq_len=[256, 256],
-    batch_size=[8, 8],
-    num_chains=[4, 1],
-    model_axis=[2, 8],
-  )
+  return pythia(num_chains=[4, 1], model_axis=[2, 8])
