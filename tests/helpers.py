@@ -1,5 +1,7 @@
-"""What several test modules share: the repository root and running a module as a user would."""
+"""What several test modules share: the repository root, running a module as a user would, and a
+sampler accumulator that keeps the running mean of the draws."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -76,3 +78,20 @@ def check_report(workdir, captioned: bool = True) -> list[str]:
   for key in ("mechjax.version", "packages.jax", "devices.count", "command.argv"):
     assert key in text, f"report.html does not show {key}"
   return parser.images
+
+
+@dataclasses.dataclass(frozen=True)
+class MeanDraw:
+  """A sampler accumulator (:func:`mechjax.slt.sgld.sample_chain`'s ``accumulator``) whose state is
+  the running mean of the draws ``w``: it sees every draw, with the draws' own placement."""
+
+  def init(self, w, data):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree.map(jnp.zeros_like, w)
+
+  def update(self, acc, w, t, data):
+    import jax
+
+    return jax.tree.map(lambda a, x: a + (x - a) / (t + 1), acc, w)

@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import ROOT
 
 SCRIPT = textwrap.dedent("""
-    import dataclasses, functools, json, os
+    import functools, json, os
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     import jax.numpy as jnp, numpy as np
@@ -60,12 +60,7 @@ SCRIPT = textwrap.dedent("""
 
     # Every split leaf holds 1/model of itself on each device: w* as placed, and a chain's draws
     # as an accumulator that keeps the running mean of w sees them.
-    @dataclasses.dataclass(frozen=True)
-    class MeanDraw:
-      def init(self, w, data):
-        return jax.tree.map(jnp.zeros_like, w)
-      def update(self, acc, w, t, data):
-        return jax.tree.map(lambda a, x: a + (x - a) / (t + 1), acc, w)
+    from tests.helpers import MeanDraw
 
     fractions = {}
     for c, m in [(1, 8), (2, 4)]:

@@ -1,7 +1,5 @@
 """Chains on windows streamed from a token file on disk: the in-memory chains, step for step."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +9,7 @@ from mechjax import slt
 from mechjax.data import tokens
 from mechjax.slt import sgld
 from mechjax.slt import stream
+from tests.helpers import MeanDraw
 
 VOCAB = 13
 
@@ -88,15 +87,6 @@ def test_the_streamed_llc_is_the_in_memory_llc_with_the_same_key(corpus):
     bigram_loss, params, slt.Streamed(windows, dtype=np.int32), key=jax.random.key(4), **SETTINGS
   )
   assert not np.array_equal(other.loss_trace, memory.loss_trace)
-
-
-@dataclasses.dataclass(frozen=True)
-class MeanDraw:
-  def init(self, w, data):
-    return jax.tree.map(jnp.zeros_like, w)
-
-  def update(self, acc, w, t, data):
-    return jax.tree.map(lambda a, x: a + (x - a) / (t + 1), acc, w)
 
 
 def test_an_accumulator_sees_the_same_draws_streamed(corpus):
