@@ -79,7 +79,7 @@ def rhat(x: np.ndarray) -> np.ndarray:
   folded = np.abs(x - np.median(x.reshape(*x.shape[:-2], -1), axis=-1)[..., None, None])
   bulk = _rhat(rank_normalize(split_chains(x)))
   tail = _rhat(rank_normalize(split_chains(folded)))
-  return np.fmax(bulk, tail) if np.ndim(bulk) else np.float64(max(bulk, tail))
+  return np.fmax(bulk, tail)
 
 
 def _autocovariance(x: np.ndarray) -> np.ndarray:
@@ -138,7 +138,7 @@ def ess_tail(x: np.ndarray) -> np.ndarray:
   for q in (0.05, 0.95):
     level = np.quantile(pooled, q, axis=-1)[..., None, None]
     out.append(_ess(split_chains((x <= level).astype(np.float64))))
-  return np.fmin(*out) if np.ndim(out[0]) else np.float64(min(out))
+  return np.fmin(*out)
 
 
 def summary(x: np.ndarray) -> dict[str, np.ndarray]:

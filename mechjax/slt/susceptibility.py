@@ -418,6 +418,13 @@ def draw_samples(sample_batch: Callable, key: jax.Array, num: int):
   return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:])[:num], batches)
 
 
+def _chain_parts(per_sample_loss, observable, settings: sgld.SGLDSettings):
+  """What every component's chain runs on: the SGLD loss (the mean of ``per_sample_loss``) and the
+  accumulator of the ``(φ, ΔL)`` moments after burn-in."""
+  observe = _ComponentObserve(per_sample_loss, observable)
+  return sgld.MeanLoss(per_sample_loss), StreamedMoments(observe, start=settings.num_burnin)
+
+
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
 def _components_program(
   per_sample_loss, settings: sgld.SGLDSettings, observable, layout, sampler=None, supports=(None,)
@@ -426,10 +433,7 @@ def _components_program(
   components' masks (:func:`mechjax.slt.sgld.mask_support`); the masks come with the index of
   their support, and each support is a branch (``lax.switch``) with its own pruned backward
   pass."""
-  loss_fn = sgld.MeanLoss(per_sample_loss)
-  accumulator = StreamedMoments(
-    _ComponentObserve(per_sample_loss, observable), start=settings.num_burnin
-  )
+  loss_fn, accumulator = _chain_parts(per_sample_loss, observable, settings)
 
   def run(params, data, keys, masks_and_branch, observe_data):
     source = data if sampler is None else sampler
@@ -469,10 +473,7 @@ def _streamed_programs(per_sample_loss, settings: sgld.SGLDSettings, observable,
   program for the chains' first carries, ``(components, chains, ...)``, and one for a part of
   steps on gathered batches, shared by every component (their chains have the same keys). One
   support for all the components (the carries must have one shape)."""
-  loss_fn = sgld.MeanLoss(per_sample_loss)
-  accumulator = StreamedMoments(
-    _ComponentObserve(per_sample_loss, observable), start=settings.num_burnin
-  )
+  loss_fn, accumulator = _chain_parts(per_sample_loss, observable, settings)
   how, (support,) = sgld.chain_loop(settings), supports
 
   def start(params, keys, masks, observe_data):
