@@ -1180,4 +1180,26 @@ def jit_over_chains(
     axis_names={name},
     check_vma=False,
   )
-  return jax.jit(body, compiler_options=options)
+  return _onto_layout(jax.jit(body, compiler_options=options), layout)
+
+
+def _onto_layout(program, layout):
+  """``program`` whose array arguments held on other devices than ``layout``'s (``w*`` left on one
+  device by the training that made it, say) are first replicated over the layout: a jitted
+  ``shard_map`` refuses arguments committed elsewhere. Arrays already on the layout's devices (the
+  model-axis shards of :func:`mechjax.sharding.place`) are left as they are."""
+  from jax.sharding import NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  devices, replicated = set(layout.devices.flat), NamedSharding(layout, P())
+
+  def move(a):
+    if isinstance(a, jax.Array) and a.sharding.device_set != devices:
+      return jax.device_put(a, replicated)
+    return a
+
+  def call(*args):
+    return program(*jax.tree.map(move, args))
+
+  call.lower = lambda *args: program.lower(*jax.tree.map(move, args))
+  return call

@@ -175,7 +175,13 @@ again = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), setting
 mapped_settings = sgld.SGLDSettings(**t.SETTINGS, num_chains=4, num_draws=30, chain_loop="map")
 mapped = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), mapped_settings)
 chi = t._susceptibilities(data, w_star)
+# w* left on one device (as training leaves it) is replicated onto the chains' devices, not refused.
+on_one = jax.device_put(w_star, jax.devices()[0])
+committed = sgld.sample_chains(t._loss, on_one, data, jax.random.PRNGKey(5), settings)
+chi_committed = t._susceptibilities(data, on_one)
 print(json.dumps({"devices": len(out["loss"].sharding.device_set),
+                  "committed": bool(np.array_equal(out["loss"], committed["loss"])
+                                    and np.array_equal(chi, chi_committed)),
                   "loss": np.asarray(out["loss"]).tolist(),
                   "mapped": np.asarray(mapped["loss"]).tolist(),
                   "same": bool(np.array_equal(out["loss"], again["loss"])), "chi": chi.tolist()}))
@@ -217,7 +223,7 @@ def test_chains_are_sharded_over_devices_and_agree_with_one_device():
   )
   assert done.returncode == 0, done.stderr[-2000:]
   sharded = json.loads(done.stdout.strip().splitlines()[-1])
-  assert sharded["devices"] == 2 and sharded["same"]
+  assert sharded["devices"] == 2 and sharded["same"] and sharded["committed"]
   data, w_star = _regression()
   single = sgld.sample_chains(
     _loss,
