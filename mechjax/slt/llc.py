@@ -47,10 +47,7 @@ class ChainDivergedError(FloatingPointError):
   size."""
 
 
-class ChainsNotMixedWarning(UserWarning):
-  """The LLC's chains fail Vehtari et al.'s rule of thumb (:mod:`mechjax.slt.mixing`): R̂ above
-  1.01, or a bulk effective sample size under 100 per chain. Silence it with
-  ``warnings.simplefilter("ignore", ChainsNotMixedWarning)``."""
+ChainsNotMixedWarning = mixing.ChainsNotMixedWarning
 
 
 @dataclasses.dataclass

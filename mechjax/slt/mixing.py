@@ -40,6 +40,12 @@ RHAT_MAX = 1.01  # Vehtari et al. (2021), section 4: R̂ above 1.01 means "do no
 ESS_PER_CHAIN_MIN = 100  # their section 4: a bulk ESS of at least 100 per chain (400 for 4 chains)
 
 
+class ChainsNotMixedWarning(UserWarning):
+  """An estimate's chains fail Vehtari et al.'s rule of thumb: R̂ above 1.01, or an effective
+  sample size under 100 per chain (:func:`warning`). Silence it with
+  ``warnings.simplefilter("ignore", ChainsNotMixedWarning)``."""
+
+
 def split_chains(x: np.ndarray) -> np.ndarray:
   """``(..., M, N) → (..., 2M, ⌊N/2⌋)``: each chain's first and last halves as separate chains
   (the middle draw dropped when ``N`` is odd)."""
@@ -146,10 +152,11 @@ def summary(x: np.ndarray) -> dict[str, np.ndarray]:
   return {"rhat": rhat(x), "ess_bulk": ess_bulk(x), "ess_tail": ess_tail(x)}
 
 
-def warning(name: str, stats_: dict, num_chains: int) -> str | None:
+def warning(name: str, stats_: dict, num_chains: int, ess: str = "bulk ESS") -> str | None:
   """One line when the worst entry of ``stats_`` (:func:`summary`'s) fails Vehtari et al.'s rule of
-  thumb (R̂ > :data:`RHAT_MAX`, or a bulk ESS under :data:`ESS_PER_CHAIN_MIN` per chain), naming
-  the estimate and what to change; None when the chains look mixed."""
+  thumb (R̂ > :data:`RHAT_MAX`, or an ESS, ``stats_["ess_bulk"]``, named ``ess`` in the line, under
+  :data:`ESS_PER_CHAIN_MIN` per chain), naming the estimate and what to change; None when the
+  chains look mixed."""
   rhat_worst = np.nanmax(np.append(np.asarray(stats_["rhat"], np.float64).ravel(), -np.inf))
   ess_worst = np.nanmin(np.append(np.asarray(stats_["ess_bulk"], np.float64).ravel(), np.inf))
   need = ESS_PER_CHAIN_MIN * num_chains
@@ -158,7 +165,7 @@ def warning(name: str, stats_: dict, num_chains: int) -> str | None:
     problems.append(f"R̂ = {rhat_worst:.4f} > {RHAT_MAX}")
   if ess_worst < need:
     problems.append(
-      f"bulk ESS = {ess_worst:.0f} < {need} ({ESS_PER_CHAIN_MIN} per chain × {num_chains})"
+      f"{ess} = {ess_worst:.0f} < {need} ({ESS_PER_CHAIN_MIN} per chain × {num_chains})"
     )
   if not problems:
     return None
@@ -166,6 +173,19 @@ def warning(name: str, stats_: dict, num_chains: int) -> str | None:
     f"{name}: the chains have not mixed ({'; '.join(problems)}): run more burn-in "
     "(num_burnin), a smaller step_size, or more num_draws"
   )
+
+
+def worst(rhat, ess, num_chains: int) -> dict[str, float]:
+  """What a report says of many entries' diagnostics: the largest R̂, the smallest ESS, and the
+  share of entries that fail the rule of thumb (R̂ > :data:`RHAT_MAX` or ESS under
+  :data:`ESS_PER_CHAIN_MIN` per chain); NaNs ignored."""
+  rhat, ess = np.asarray(rhat, np.float64).ravel(), np.asarray(ess, np.float64).ravel()
+  failing = (rhat > RHAT_MAX) | (ess < ESS_PER_CHAIN_MIN * num_chains)
+  return {
+    "rhat_max": float(np.nanmax(np.append(rhat, -np.inf))),
+    "ess_min": float(np.nanmin(np.append(ess, np.inf))),
+    "share_failing": float(failing.mean()) if failing.size else 0.0,
+  }
 
 
 def _traces(x, name: str) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class Moments(NamedTuple):
@@ -113,3 +114,107 @@ class StreamedMoments:
     if self.start <= 0:
       return add(mom)
     return jax.lax.cond(step >= self.start, add, lambda mom: mom, mom)
+
+
+class PowerSums(NamedTuple):
+  """Power sums of the shifted draws ``x = φ − a`` and ``y = ΔL − b`` in ``G`` consecutive segments
+  of a chain (leading axis ``G`` on every field), enough for the mean and the per-draw variance of
+  the products ``(φ − φ̄)(ΔL − ΔL̄)`` whose mean is the covariance: the mixing diagnostics of a
+  susceptibility (:func:`product_moments`). Segments of one chain share the shift, so they merge
+  by addition."""
+
+  count: jax.Array  # (G,)
+  x: jax.Array  # (G, K)
+  y: jax.Array  # (G, M)
+  xx: jax.Array  # (G, K)
+  yy: jax.Array  # (G, M)
+  xy: jax.Array  # (G, K, M)
+  xxy: jax.Array  # (G, K, M)
+  xyy: jax.Array  # (G, K, M)
+  xxyy: jax.Array  # (G, K, M)
+
+
+class SegmentedState(NamedTuple):
+  """The carry of :class:`SegmentedMoments`: the chain's :class:`Moments`, the shift ``(a, b)`` (its
+  first draw) and the segments' :class:`PowerSums`."""
+
+  moments: Moments
+  shift_phi: jax.Array  # (K,)
+  shift_dloss: jax.Array  # (M,)
+  sums: PowerSums
+
+
+_TRAILING = (0, 1, 1, 1, 1, 2, 2, 2, 2)  # PowerSums fields' axes after the segment axis
+
+
+def over_segments(sums: PowerSums, fn: Callable) -> PowerSums:
+  """``fn(field, axis)`` on every field of :class:`PowerSums`, ``axis`` its segment axis (the one
+  before ``()``, ``(K,)``, ``(M,)`` or ``(K, M)``), e.g. ``lambda a, ax: a.sum(ax)`` to merge the
+  segments."""
+  return PowerSums(*(fn(a, np.ndim(a) - t - 1) for a, t in zip(sums, _TRAILING)))
+
+
+def product_moments(sums: PowerSums) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(count, mean, variance)`` of the products ``p = (φ − φ̄)(ΔL − ΔL̄)`` in each segment of
+  :class:`PowerSums` (merge segments first with :func:`over_segments` to get longer stretches),
+  each centred on its own means: ``mean`` is the covariance with divisor ``count``, ``variance``
+  is ``E[p²] − mean²`` (divisor ``count``). Shapes: ``count`` that of ``sums.count``, the others
+  ``(…, K, M)``. On the host, in float64."""
+  s = jax.tree.map(lambda a: np.asarray(a, np.float64), sums)
+  n = np.maximum(s.count, 1.0)[..., None, None]
+  a, b = (s.x / n[..., 0])[..., :, None], (s.y / n[..., 0])[..., None, :]  # E x, E y
+  exx, eyy = (s.xx / n[..., 0])[..., :, None], (s.yy / n[..., 0])[..., None, :]
+  exy = s.xy / n
+  mean = exy - a * b
+  # E[(x − a)²(y − b)²], expanded into the raw moments.
+  p2 = (
+    s.xxyy / n
+    - 2 * b * s.xxy / n
+    - 2 * a * s.xyy / n
+    + b * b * exx
+    + a * a * eyy
+    + 4 * a * b * exy
+    - 3 * a * a * b * b
+  )
+  return s.count, mean, p2 - mean * mean
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentedMoments:
+  """:class:`StreamedMoments` that also keeps :class:`PowerSums` of the ``num_draws`` draws after
+  ``start`` in ``num_segments`` equal consecutive segments, shifted by the chain's first draw (so
+  the float32 sums lose little to cancellation). Memory: ``4·G·K·M`` more than the moments."""
+
+  observe: Callable[[Any, Any], tuple[jax.Array, jax.Array]]
+  start: int
+  num_draws: int
+  num_segments: int
+
+  def init(self, params_star, data) -> SegmentedState:
+    mom = StreamedMoments(self.observe, self.start).init(params_star, data)
+    k, m, g, dt = mom.mean_phi.shape[0], mom.mean_dloss.shape[0], self.num_segments, mom.count.dtype
+    z = lambda *shape: jnp.zeros(shape, dt)  # noqa: E731
+    sums = PowerSums(z(g), z(g, k), z(g, m), z(g, k), z(g, m), *(z(g, k, m) for _ in range(4)))
+    return SegmentedState(mom, z(k), z(m), sums)
+
+  def update(self, state: SegmentedState, w, step: jax.Array, data) -> SegmentedState:
+    def add(state):
+      phi, dloss = self.observe(w, data)
+      phi, dloss = phi.astype(state.shift_phi.dtype), dloss.astype(state.shift_dloss.dtype)
+      first = state.moments.count == 0
+      a = jnp.where(first, phi, state.shift_phi)
+      b = jnp.where(first, dloss, state.shift_dloss)
+      x, y = phi - a, dloss - b
+      xy = jnp.outer(x, y)
+      terms = PowerSums(
+        jnp.ones((), x.dtype), x, y, x * x, y * y, xy, x[:, None] * xy, xy * y[None, :], xy * xy
+      )
+      g = jnp.clip(
+        (step - self.start) * self.num_segments // self.num_draws, 0, self.num_segments - 1
+      )
+      sums = jax.tree.map(lambda s, t: s.at[g].add(t), state.sums, terms)
+      return SegmentedState(moments_update(state.moments, phi, dloss), a, b, sums)
+
+    if self.start <= 0:
+      return add(state)
+    return jax.lax.cond(step >= self.start, add, lambda s: s, state)

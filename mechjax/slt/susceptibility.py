@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from typing import Any, Callable
 
 import jax
@@ -31,11 +32,18 @@ from jax.sharding import Mesh
 
 from mechjax import rng
 from mechjax import sharding
+from mechjax.slt import mixing
 from mechjax.slt import sgld
 from mechjax.slt import stream
+from mechjax.slt.moments import PowerSums
+from mechjax.slt.moments import SegmentedMoments
 from mechjax.slt.moments import StreamedMoments
 from mechjax.slt.moments import moments_covariance
 from mechjax.slt.moments import moments_reduce
+from mechjax.slt.moments import over_segments
+from mechjax.slt.moments import product_moments
+
+SEGMENTS = 20  # batches per chain for χ's batch-means ESS (as in batch_means_error)
 
 
 def _as_draws(name: str, a) -> jax.Array:
@@ -139,6 +147,16 @@ class SusceptibilityResult:
     chi_per_chain: ``(C, num_chains, K, M)``, each chain's own ``χ`` (over its draws): the error of
       any aggregate of ``χ`` (a group of probes, a principal direction) is the spread of the
       aggregate over chains.
+    chi_rhat: ``(C, K, M)``, the split-R̂ of each entry: R̂ (Vehtari et al. 2021, eqs. 1–4) of the
+      products ``p = (φ − φ̄)(ΔL − ΔL̄)`` whose mean is the covariance, each chain's halves as
+      two chains, from streamed power sums (:func:`chi_mixing`). Not rank-normalised: that needs
+      the draws, which are not kept.
+    chi_ess: ``(C, K, M)``, each entry's effective sample size by replicated batch means (Vats &
+      Knudson 2021, Statistical Science 36(4), eq. 9 with their λ² as the pooled variance of
+      ``p``): ``chains × draws × λ² / σ²``, with ``σ²`` from :data:`SEGMENTS` consecutive batches
+      per chain. Of all the draws; compare with 100 per chain. Both are NaN with fewer than 8
+      draws per chain. Entries failing either rule of :mod:`mechjax.slt.mixing` raise one
+      :class:`~mechjax.slt.llc.ChainsNotMixedWarning` line, with their share.
   """
 
   chi: np.ndarray
@@ -152,6 +170,8 @@ class SusceptibilityResult:
   dloss_means: np.ndarray | None = None
   dloss_star: np.ndarray | None = None
   chi_per_chain: np.ndarray | None = None
+  chi_rhat: np.ndarray | None = None
+  chi_ess: np.ndarray | None = None
 
 
 def estimate_susceptibilities(
@@ -255,7 +275,8 @@ def estimate_susceptibilities(
     run = lambda program, part: program(  # noqa: E731
       params, source, keys[part], (masks, branch), observe_data
     )
-  mom = jax.device_get(sgld.over_chains_on_devices(s.num_chains, build, run, axis=1, mesh=mesh))
+  state = jax.device_get(sgld.over_chains_on_devices(s.num_chains, build, run, axis=1, mesh=mesh))
+  mom = state.moments
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
   merged = jax.vmap(moments_reduce)(jax.tree.map(jnp.asarray, mom))
   chi = -np.asarray(moments_covariance(merged))
@@ -281,7 +302,67 @@ def estimate_susceptibilities(
       jnp.reshape(losses_at(params, probes), (-1,)) - observe_data["eval_loss_star"]
     ),
     chi_per_chain=per_chain,
+    **_checked_mixing(state.sums, s.num_chains, tuple(components)),
   )
+
+
+def chi_mixing(sums: PowerSums) -> dict[str, np.ndarray]:
+  """``{"rhat", "ess"}`` of every covariance entry, ``(..., K, M)``, from the
+  :class:`~mechjax.slt.moments.PowerSums` of ``(..., chains, G)`` segments (``G`` even, equal):
+
+  * split-R̂ (Vehtari et al. 2021, eqs. 1–4) of the products ``p = (φ − φ̄)(ΔL − ΔL̄)`` with each
+    chain's two halves as chains, each half's ``p`` centred on its own means: ``W`` the mean
+    within-half variance of ``p``, ``B/N`` the variance of the halves' covariances;
+  * the replicated batch-means ESS (Vats & Knudson 2021, eq. 9): ``chains·N·λ²/σ²``, with ``σ²``
+    ``b`` times the variance of the ``chains × G`` batch covariances about their mean (``b`` draws
+    per batch) and ``λ²`` the pooled variance of ``p`` (within chains plus between them).
+
+  NaN under 8 draws per chain, or where ``p`` does not vary."""
+  count = np.asarray(sums.count, np.float64)
+  m, g = count.shape[-2:]
+  n = count.sum(-1).max() if count.size else 0.0  # draws per chain
+  shape = np.shape(sums.xy)[:-4] + np.shape(sums.xy)[-2:]
+  if n < 8 or g % 2:
+    return {"rhat": np.full(shape, np.nan), "ess": np.full(shape, np.nan)}
+  half = lambda lo: over_segments(  # noqa: E731
+    sums, lambda a, ax: np.take(np.asarray(a, np.float64), range(lo, lo + g // 2), ax).sum(ax)
+  )
+  nh, mean_h, var_h = product_moments(  # halves as chains: (..., 2·chains, K, M)
+    jax.tree.map(lambda a, b: np.concatenate([a, b], len(shape) - 2), half(0), half(g // 2))
+  )
+  _, mean_c, var_c = product_moments(over_segments(sums, lambda a, ax: a.sum(ax)))
+  nb, mean_b, _ = product_moments(sums)  # (..., chains, G, K, M)
+  nh, nb = nh[..., None, None], nb[..., None, None]
+  c = len(shape) - 2  # the chain axis of the (..., chains, K, M) arrays
+  with np.errstate(divide="ignore", invalid="ignore"):
+    within = (var_h * nh / (nh - 1)).mean(c)
+    n_half = nh.mean(c)
+    var_plus = (n_half - 1) / n_half * within + mean_h.var(c, ddof=1)
+    rhat = np.where(within > 0, np.sqrt(var_plus / within), np.nan)
+    lam2 = var_c.mean(c) + (mean_c.var(c, ddof=1) if m > 1 else 0.0)
+    dev = mean_b - mean_b.mean((c, c + 1), keepdims=True)
+    sigma2 = nb.mean((c, c + 1)) * (dev**2).sum((c, c + 1)) / (m * g - 1)
+    ess = np.where(sigma2 > 0, m * n * lam2 / sigma2, np.nan)
+  return {"rhat": rhat, "ess": ess}
+
+
+def _checked_mixing(sums: PowerSums, num_chains: int, names: tuple) -> dict[str, np.ndarray]:
+  """``chi_rhat`` and ``chi_ess`` of :func:`chi_mixing`, warning once (with the share of entries
+  that fail Vehtari et al.'s rule) when any entry fails it."""
+  out = chi_mixing(sums)
+  rhat, ess = out["rhat"], out["ess"]
+  need = mixing.ESS_PER_CHAIN_MIN * num_chains
+  failing = (rhat > mixing.RHAT_MAX) | (ess < need)
+  if failing.any():
+    line = mixing.warning(
+      f"estimate_susceptibilities (χ of {', '.join(names)}; {failing.mean():.0%} of its "
+      f"{failing.size} entries fail)",
+      {"rhat": rhat, "ess_bulk": ess},
+      num_chains,
+      ess="batch-means ESS",
+    )
+    warnings.warn(line, mixing.ChainsNotMixedWarning, stacklevel=3)
+  return {"chi_rhat": rhat, "chi_ess": ess}
 
 
 def _component_masks(components: dict, params, s: sgld.SGLDSettings):
@@ -422,7 +503,9 @@ def _chain_parts(per_sample_loss, observable, settings: sgld.SGLDSettings):
   """What every component's chain runs on: the SGLD loss (the mean of ``per_sample_loss``) and the
   accumulator of the ``(φ, ΔL)`` moments after burn-in."""
   observe = _ComponentObserve(per_sample_loss, observable)
-  return sgld.MeanLoss(per_sample_loss), StreamedMoments(observe, start=settings.num_burnin)
+  segments = SEGMENTS if settings.num_draws >= 2 * SEGMENTS else 2
+  accumulator = SegmentedMoments(observe, settings.num_burnin, settings.num_draws, segments)
+  return sgld.MeanLoss(per_sample_loss), accumulator
 
 
 @functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
