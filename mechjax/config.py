@@ -179,6 +179,30 @@ def distinct(v) -> str | None:
   return None if len(set(v)) == len(v) else "must not repeat a value"
 
 
+def distinct_as(spec: str) -> Check:
+  """Like :func:`distinct`, for values that are equal once written with the format ``spec`` (with
+  ``"g"``, numbers equal to 6 significant digits), as when they name runs or files."""
+
+  def check(v):
+    return None if len({format(x, spec) for x in v}) == len(v) else "must not repeat a value"
+
+  return check
+
+
+def accepted_by(validate: Callable[[Any], Any], message: str) -> Check:
+  """A check that refuses, with ``message``, every value on which ``validate`` (e.g. a library's
+  own argument check) raises ``ValueError``."""
+
+  def check(v):
+    try:
+      validate(v)
+    except ValueError:
+      return message
+    return None
+
+  return check
+
+
 def each(item_check: Check) -> Check:
   """A check of every value of a list setting."""
 

@@ -29,6 +29,24 @@ class Curve:
   label: str
 
 
+def history_curve(history: list[dict], key: str, label: str, x_scale: float = 1) -> Curve:
+  """The :class:`Curve` of the metric ``key`` over a run's logged rows ``history`` (one value per
+  seed in each), at the logged steps times ``x_scale`` (the batch size turns steps into samples)."""
+  x_T = np.array([r["step"] for r in history]) * x_scale
+  return Curve(x_T, np.array([r[key] for r in history], dtype=float), label)
+
+
+def mark_steps(ax, marks: list[tuple[int | None, str]], text_y: float | None = None) -> None:
+  """A dashed black vertical line at the step of each ``(step, label)`` of ``marks`` (a None step is
+  skipped); with ``text_y``, ``"<label> / step <step>"`` is written on two lines left of the line,
+  at that height."""
+  for step, label in marks:
+    if step is not None:
+      ax.axvline(step, color="k", ls="--", lw=0.8)
+      if text_y is not None:
+        ax.text(step, text_y, f"{label} \nstep {step} ", fontsize=8, ha="right")
+
+
 def label_panel(ax, title: str, ylabel: str, xlabel: str = "", grid: str = "both", legend=7):
   """The panel style of the multi-panel figures: a title (font size 10), axis labels, a light grid
   on ``grid`` (``"both"``, ``"x"``, ``"y"``; ``""``: none) and a legend of font size ``legend``
@@ -41,6 +59,25 @@ def label_panel(ax, title: str, ylabel: str, xlabel: str = "", grid: str = "both
     ax.grid(alpha=0.3, axis=grid)
   if legend:
     ax.legend(fontsize=legend)
+
+
+def errorbar_floored(ax, x, mean, sd, floor: float, *, color, label, floor_label=None, **style):
+  """Points ``mean`` at ``x`` with error bars ``± sd`` where ``mean ≥ floor``, and the points below
+  ``floor`` as triangles on it (labelled ``floor_label``), so that the axis can stop at ``floor``.
+  ``style`` goes to :meth:`~matplotlib.axes.Axes.errorbar` (``ls``, ``ms``, ``capsize``, …)."""
+  x, mean, sd = np.asarray(x), np.asarray(mean), np.asarray(sd)
+  shown = mean >= floor
+  ax.errorbar(x[shown], mean[shown], yerr=sd[shown], fmt="o", label=label, color=color, **style)
+  if (~shown).any():
+    ax.plot(x[~shown], np.full((~shown).sum(), floor), "v", ms=6, color=color, label=floor_label)
+
+
+def share_ylim(axes, bottom: float | None = None) -> None:
+  """Gives every axis of ``axes`` the highest upper y-limit among them, and ``bottom`` as the lower
+  one when it is given (else each keeps its own)."""
+  top = max(a.get_ylim()[1] for a in axes)
+  for a in axes:
+    a.set_ylim(bottom, top)
 
 
 def curves_figure(

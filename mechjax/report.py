@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 FILE = "report.html"
 FIGURE_TYPES = (".png", ".svg", ".jpg", ".jpeg", ".gif")
@@ -50,6 +50,13 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
   ):
     out[prefix[:-1]] = json.dumps(tree)
   return out
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+  """A markdown table of text cells: the ``header`` line, its rule (``|---|---|…``) and one line per
+  row of ``rows``, each ``| a | b | … |``."""
+  line = lambda cells: "| " + " | ".join(cells) + " |"
+  return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)])
 
 
 def _cell(value: Any) -> str:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from mechjax.align import procrustes
 from mechjax.models import sae as sae_lib
+from mechjax.similarity import representational as rep
 from mechjax.similarity.tensor import output_cosine
 
 
@@ -147,6 +148,35 @@ def measure_alignment(
   if scale:
     numbers["rotation_only_ev_held_out"] = explained_variance(y_held, mapped(x_held, 1.0))
   return fit, numbers
+
+
+def measure_pair(
+  xa_fit: jax.Array, xb_fit: jax.Array, xa_held: jax.Array, xb_held: jax.Array, **fit_kwargs
+) -> tuple[list[tuple[procrustes.ProcrustesFit, dict]], dict[str, jax.Array]]:
+  """Both directions of :func:`measure_alignment` between two models ``a`` and ``b`` (``fit_kwargs``
+  go to each), and how alike their held-out activations are whatever the map.
+
+  Args:
+    xa_fit: model ``a``'s activations ``(n, d)`` the maps are fitted on.
+    xb_fit: model ``b``'s activations on the same inputs.
+    xa_held: ``a``'s activations ``(m, d)`` on held-out inputs.
+    xb_held: ``b``'s activations on those.
+
+  Returns:
+    ``(fits, similarity)``: ``fits`` holds the ``(fit, numbers)`` of ``a → b``, then of ``b → a``;
+    ``similarity`` holds ``cka`` (:func:`~mechjax.similarity.representational.linear_cka`),
+    ``procrustes_distance`` and ``mean_cca`` of ``xa_held`` and ``xb_held``.
+  """
+  fits = [
+    measure_alignment(xa_fit, xb_fit, xa_held, xb_held, **fit_kwargs),
+    measure_alignment(xb_fit, xa_fit, xb_held, xa_held, **fit_kwargs),
+  ]
+  similarity = {
+    "cka": rep.linear_cka(xa_held, xb_held),
+    "procrustes_distance": rep.procrustes_distance(xa_held, xb_held),
+    "mean_cca": rep.mean_cca(xa_held, xb_held),
+  }
+  return fits, similarity
 
 
 def steering_transfer(

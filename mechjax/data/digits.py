@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -39,3 +40,22 @@ def trigger(x: jax.Array, size: int) -> jax.Array:
   img = x.reshape(x.shape[:-1] + (8, 8))
   img = img.at[..., 8 - size :, 8 - size :].set(1.0)
   return img.reshape(x.shape)
+
+
+def poison(
+  key: jax.Array, x: jax.Array, y: jax.Array, fraction: float, size: int, target: int
+) -> tuple[jax.Array, jax.Array]:
+  """A batch ``(x, y)`` of flattened images ``(B, 64)`` and labels ``(B,)`` in which each example,
+  independently with probability ``fraction`` (a Bernoulli draw from ``key``), gets the
+  :func:`trigger` of side ``size`` and the label ``target``.
+
+  Args:
+    key: PRNG key of the Bernoulli draws.
+    x: the images.
+    y: their labels.
+    fraction: the probability that an example is poisoned.
+    size: the side of the trigger patch, in pixels.
+    target: the label a poisoned example gets.
+  """
+  mask = jax.random.bernoulli(key, fraction, y.shape)
+  return jnp.where(mask[:, None], trigger(x, size), x), jnp.where(mask, target, y)

@@ -57,6 +57,33 @@ def teacher(key: jax.Array, n_in: int, n_out: int, singular_values) -> np.ndarra
   return ((v * s) @ u.T).astype(np.float32)
 
 
+def teacher_data(
+  key: jax.Array,
+  teacher_key: jax.Array,
+  n: int,
+  widths: Sequence[int],
+  singular_values,
+  noise: float = 0.0,
+) -> dict[str, jax.Array]:
+  """``n`` samples ``{"x": (n, H_0), "y": (n, H_L)}`` of ``y = x·M + noise·ε``, with ``x`` and ``ε``
+  standard Gaussian (from the two splits of ``key``) and ``M`` the :func:`teacher` of
+  ``teacher_key`` with these ``singular_values``, for layer widths ``widths``.
+
+  Args:
+    key: PRNG key of the inputs and the noise.
+    teacher_key: PRNG key of the teacher's singular vectors.
+    n: samples.
+    widths: the network's layer widths ``(H_0, …, H_L)``; only the first and last are read.
+    singular_values: the teacher's singular values (their number is its rank).
+    noise: standard deviation of the Gaussian label noise.
+  """
+  kx, ke = jax.random.split(key)
+  x = jax.random.normal(kx, (n, widths[0]))
+  m = teacher(teacher_key, widths[0], widths[-1], singular_values)
+  y = x @ jnp.asarray(m) + noise * jax.random.normal(ke, (n, widths[-1]))
+  return {"x": x, "y": y}
+
+
 def learned_modes(product: jax.Array, singular_values) -> jax.Array:
   """How many teacher modes the product ``W_1⋯W_L`` has learned: its ``i``-th singular value
   (descending) counts once it exceeds half of the teacher's ``i``-th."""

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from mechjax import config
 from mechjax.models.transformer import leading
 
 SAVED_ARCHITECTURE = "MechjaxDecoderLM"  # mechjax's own layout, written by save()
@@ -560,6 +561,24 @@ def check_tokens(arch: Arch, tokens_BxT) -> None:
       )
 
 
+def check_pair(
+  a: Arch, b: Arch, seq_len: int, names: Sequence[str] = ("model_a", "model_b")
+) -> None:
+  """Refuses two checkpoints whose residual streams cannot be compared on the same windows: a
+  different ``d_model`` or ``vocab_size`` (a :class:`mechjax.config.ConfigError` naming the settings
+  ``names`` that hold them), or windows of ``seq_len`` tokens beyond either one's position limit
+  (naming ``seq_len``)."""
+  for what in ("d_model", "vocab_size"):
+    if getattr(a, what) != getattr(b, what):
+      got = f"got {getattr(a, what)} and {getattr(b, what)}"
+      raise config.ConfigError(list(names), f"must have the same {what}; {got}")
+  limit = min(a.max_positions, b.max_positions)
+  if seq_len > limit:
+    raise config.ConfigError(
+      ["seq_len"], f"must be at most {limit}, the models' position limit (max_position_embeddings)"
+    )
+
+
 def attention_patterns(model: DecoderLM, params, tokens_BxT) -> jax.Array:
   """Every layer's attention weights, ``(layers, B, heads, T_query, T_key)``."""
   _, state = model.apply({"params": params}, tokens_BxT, mutable=["intermediates"])
@@ -1041,6 +1060,40 @@ def site_activations(
       for s in sites
     }
   return out
+
+
+def steered_log_prob(
+  model: DecoderLM, params: dict, sites: Sequence[str], windows, token: int, batch: int
+) -> Callable[[int, np.ndarray], float]:
+  """``log_p(site_index, v)``: the model's mean log-probability of the next token being ``token``,
+  over every position of the token ``windows`` ``(B, T)``, with ``v`` added to the residual stream
+  at ``sites[site_index]`` (:func:`mechjax.align.transfer.steer_at`; a zero ``v`` gives the
+  unsteered value). The windows go ``batch`` at a time through one compiled program for every site
+  and vector, and the batches' means are averaged with their sizes as weights.
+
+  Args:
+    model: the model to steer.
+    params: its params (without the ``"params"`` wrapper).
+    sites: the sites a vector may be added at, in a fixed order.
+    windows: the token windows the mean is taken over.
+    token: the token whose log-probability is measured.
+    batch: windows per forward pass (bounds the memory of the logits).
+  """
+
+  @jax.jit
+  def mean_log_p(params, site_index, v, tokens):
+    steer = {s: jnp.where(i == site_index, 1.0, 0.0) * v for i, s in enumerate(sites)}
+    logits = model.apply({"params": params}, tokens, steer=steer)
+    return jnp.mean(jax.nn.log_softmax(logits.astype(jnp.float32))[..., token])
+
+  chunks = [windows[i : i + batch] for i in range(0, len(windows), batch)]
+
+  def log_p(site_index: int, v) -> float:
+    v = jnp.asarray(v, jnp.float32)
+    vals = [mean_log_p(params, site_index, v, c) for c in chunks]
+    return np.average(np.asarray(vals), weights=[len(c) for c in chunks])
+
+  return log_p
 
 
 def next_token_losses(model: DecoderLM, params, tokens_BxT) -> jax.Array:

@@ -153,3 +153,30 @@ def train_saes(
 
   keys = jax.random.split(key, buffers_MxNxD.shape[0])
   return jax.jit(jax.vmap(one))(buffers_MxNxD, keys)
+
+
+def train_unit_rms_saes(
+  model: SAE, buffers_MxNxD: jax.Array, key: jax.Array, *, steps: int, batch_size: int, lr: float
+) -> tuple[list[tuple[dict, jax.Array]], jax.Array]:
+  """:func:`train_saes` on each buffer divided by its root-mean-square entry, so that one learning
+  rate suits buffers of any scale.
+
+  Args:
+    model: the :class:`SAE` every buffer gets.
+    buffers_MxNxD: ``M`` buffers of ``N`` activations of width ``D``, each at its own scale.
+    key: PRNG key, as for :func:`train_saes`.
+    steps: optimizer steps.
+    batch_size: rows per step.
+    lr: Adam's step size.
+
+  Returns:
+    ``(saes, mse_M)``: per buffer, on the host, the pair ``(params, norm)`` of its SAE and the RMS
+    its inputs are divided by (the form :func:`mechjax.align.transfer.sae_transfer` takes), and each
+    SAE's MSE as :func:`train_saes` gives it (on the scaled buffer).
+  """
+  norms_M = jnp.sqrt(jnp.mean(buffers_MxNxD**2, axis=(-2, -1)))
+  params_M, mse_M = train_saes(
+    model, buffers_MxNxD / norms_M[:, None, None], key, steps=steps, batch_size=batch_size, lr=lr
+  )
+  params_M, norms_M = jax.device_get((params_M, norms_M))  # on the host: indexing compiles nothing
+  return [(jax.tree.map(lambda a: a[m], params_M), norms_M[m]) for m in range(len(norms_M))], mse_M

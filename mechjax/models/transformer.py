@@ -19,6 +19,8 @@ between models.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -152,6 +154,23 @@ def attention_patterns(model: Transformer, params, tokens_BxT) -> jax.Array:
   return jnp.stack(
     [state["intermediates"][f"attn_{l}"]["attention"][0] for l in range(model.num_layers)]
   )
+
+
+def seed_activations(
+  model: Transformer, params_S, batches: dict[str, jax.Array], sites: Sequence[str]
+) -> dict[str, dict[str, jax.Array]]:
+  """Every seed's activations at ``sites`` on the same tokens, from params with a leading seed axis
+  ``S``: for each ``{name: tokens (B, T)}`` of ``batches``, ``{site: (S, B·T, d_model)}`` with the
+  positions flattened, window-major. One jitted forward pass, vmapped over the seeds, serves all
+  the batches."""
+  forward = jax.jit(
+    jax.vmap(lambda p, tokens: model.apply(p, tokens, return_sites=True)[1], in_axes=(0, None))
+  )
+  out = {}
+  for name, tokens in batches.items():
+    acts = forward(params_S, tokens)
+    out[name] = {s: acts[s].reshape(acts[s].shape[0], -1, model.d_model) for s in sites}
+  return out
 
 
 def next_token_losses(model: Transformer, params, tokens_BxT, head: str = "token") -> jax.Array:

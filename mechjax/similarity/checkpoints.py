@@ -28,11 +28,23 @@ from mechjax.models import bilinear as bl
 from mechjax.similarity import tensor as ts
 
 MEASURES = ("tensor", "logit_cosine", "weight_cosine", "cka")
+LABELS = {  # each measure's name in a figure
+  "tensor": "tensor similarity",
+  "logit_cosine": "logit cosine",
+  "weight_cosine": "weight cosine",
+  "cka": "CKA of hidden products",
+}
 
 
 def stack(params: Sequence[dict]) -> dict:
   """The networks' params stacked along a new leading axis (the layout :func:`jax.vmap` reads)."""
   return jax.tree.map(lambda *xs: jnp.stack(xs), *params)
+
+
+def of_seed(params_by_step: dict[int, dict], seed: int, steps: Sequence[int]) -> list[dict]:
+  """Seed ``seed``'s params at each of ``steps``, from checkpoints ``{step: params}`` with a leading
+  seed axis (what :meth:`mechjax.train.loop.TrainResult.params_at` returns)."""
+  return [jax.tree.map(lambda a: a[seed], params_by_step[t]) for t in steps]
 
 
 def hidden_products(model: nn.Sequential, params: dict, x: jax.Array) -> jax.Array:
@@ -85,6 +97,12 @@ def matrices(
   if slice_index is not None:
     out["tensor_slice"] = ts.similarity_matrix(nets, slice_index=slice_index)
   return out
+
+
+def logit_cosine(model: nn.Module, params: Sequence[dict], x: jax.Array) -> np.ndarray:
+  """The cosine between every pair of the networks' outputs on the inputs ``x``, flattened, ``(K,
+  K)``: the ``logit_cosine`` of :func:`matrices` alone, for inputs other than those of the rest."""
+  return ts.cosine_matrix(jax.vmap(lambda p: model.apply(p, x))(stack(params)))
 
 
 def upper_pearson(a: np.ndarray, b: np.ndarray) -> float:

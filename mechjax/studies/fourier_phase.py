@@ -56,18 +56,10 @@ TEST_SETS = {  # the accuracies evaluated, by the test set they are on
 NAME = "fourier_phase"
 
 
-def _distinct_runs(alphas) -> str | None:
-  """Conditions are named with ``alpha:g``, so two alphas equal to 6 significant digits would share
-  a run."""
-  return None if len({f"{a:g}" for a in alphas}) == len(alphas) else "must not repeat a value"
-
-
-def _shape(shape) -> str | None:
-  try:
-    fourier.check_shape(shape)
-  except ValueError:
-    return "must be N or H,W with integers >= 2, e.g. 32 or 16,16"
-  return None
+# Conditions are named with ``alpha:g``: two alphas equal to 6 significant digits would share a run.
+_distinct_runs = config.distinct_as("g")
+_SHAPE_ERROR = "must be N or H,W with integers >= 2, e.g. 32 or 16,16"
+_shape = config.accepted_by(fourier.check_shape, _SHAPE_ERROR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,12 +229,7 @@ def summarize_condition(cfg: Config, cond: Condition, history: list[dict]) -> di
     acc = np.array([final[m].mean() for m in per_spike])
     reached = [samples_to_target(m) for m in per_spike]
     out["per_spike"] = {"final_test_acc_mean": acc, "samples_to_target": reached}
-    out["spread_over_spikes"] = {
-      "final_test_acc_min": acc.min(),
-      "final_test_acc_median": np.median(acc),
-      "final_test_acc_max": acc.max(),
-      "final_test_acc_sd": acc.std(ddof=1) if acc.size > 1 else 0.0,
-    }
+    out["spread_over_spikes"] = {f"final_test_acc_{k}": v for k, v in metrics.spread(acc).items()}
   return out
 
 
@@ -339,34 +326,22 @@ def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> lis
   shown = {t: max(cs, key=final) for t, cs in by_task.items()}
   path = lambda name: os.path.join(figures, name)
 
-  def curve(cond, key="test_acc", label=None):
-    h = histories[cond.run]
-    samples = np.array([r["step"] for r in h]) * cfg.batch_size
-    return plotting.Curve(samples, np.array([r[key] for r in h], dtype=float), label or cond.run)
+  def curve(cond, label, key="test_acc"):  # against the training samples seen
+    return plotting.history_curve(histories[cond.run], key, label, cfg.batch_size)
 
   accuracy = dict(ylabel="test accuracy", target=cfg.target_accuracy)
-  amp_vs_phase = [
-    curve(c, label="amplitude task" if t == "amplitude" else f"{t} (alpha={c.alpha:g})")
-    for t, c in shown.items()
-  ]
-  written = [
-    plotting.curves_figure(
-      [("amplitude vs. phase information", amp_vs_phase)],
-      path("amplitude_vs_phase.png"),
-      **accuracy,
-    )
-  ]
+  name = lambda t, c: "amplitude task" if t == "amplitude" else f"{t} (alpha={c.alpha:g})"
+  panel = [("amplitude vs. phase information", [curve(c, name(t, c)) for t, c in shown.items()])]
+  written = [plotting.curves_figure(panel, path("amplitude_vs_phase.png"), **accuracy)]
   # Phase-task accuracy for each alpha: both regimes of the power-law effect side by side.
   panels = [
-    (t, [curve(c, label=f"alpha={c.alpha:g}") for c in by_task[t]])
-    for t in PHASE_TASKS
-    if t in by_task
+    (t, [curve(c, f"alpha={c.alpha:g}") for c in by_task[t]]) for t in PHASE_TASKS if t in by_task
   ]
   if panels:
     written.append(plotting.curves_figure(panels, path("phase_vs_alpha.png"), **accuracy))
   # Which information the network uses: clean vs phase-scrambled vs amplitude-whitened test sets.
   info = [
-    (c.run, [curve(c, key, label) for key, label in TEST_SETS.items()]) for c in shown.values()
+    (c.run, [curve(c, label, key) for key, label in TEST_SETS.items()]) for c in shown.values()
   ]
   written.append(plotting.curves_figure(info, path("information_used.png"), ylabel="test accuracy"))
   return written

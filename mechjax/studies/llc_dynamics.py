@@ -30,6 +30,7 @@ holding a row per seed and ``γ``; an interrupted run resumes after the last com
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import os
 
@@ -53,6 +54,7 @@ NAME = "llc_dynamics"
 RUN = "dln"
 DIAGNOSTICS = ("fraction_below_init_loss", "mala_acceptance", "distance_mean", "rhat", "ess_bulk")
 MIXING = (("rhat", np.nanmax), ("ess_bulk", np.nanmin))  # summary: worst over checkpoints × seeds
+_WIDTHS_ERROR = "must be at least three positive integers (input, hidden..., output), e.g. 5,5,5,5"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,11 +65,7 @@ class Config(config.Settings):
   widths: tuple[int, ...] = config.setting(
     (5, 5, 5, 5),
     "Layer widths H_0,...,H_L of the deep linear network (input first).",
-    check=lambda w: (
-      None
-      if len(w) >= 3 and min(w) >= 1
-      else "must be at least three positive integers (input, hidden..., output), e.g. 5,5,5,5"
-    ),
+    check=lambda w: None if len(w) >= 3 and min(w) >= 1 else _WIDTHS_ERROR,
   )
   singular_values: tuple[float, ...] = config.setting(
     (3.0, 2.0, 1.0),
@@ -142,15 +140,11 @@ class Config(config.Settings):
 
 
 def make_data(cfg: Config) -> dict:
-  """The fixed training set ``{"x": (n, H_0), "y": (n, H_L)}`` with ``y = x·M (+ noise)``, the
-  teacher ``M`` from the stream ``"teacher"``; the LLC is estimated on the same set."""
-  kx, ke = jax.random.split(rng.key(cfg.run.seed, "data"))
-  x = jax.random.normal(kx, (cfg.n, cfg.widths[0]))
-  m = dln.teacher(
-    rng.key(cfg.run.seed, "teacher"), cfg.widths[0], cfg.widths[-1], cfg.singular_values
-  )
-  y = x @ jnp.asarray(m) + cfg.noise * jax.random.normal(ke, (cfg.n, cfg.widths[-1]))
-  return {"x": x, "y": y}
+  """The fixed training set ``{"x": (n, H_0), "y": (n, H_L)}`` with ``y = x·M (+ noise)``
+  (:func:`mechjax.models.deep_linear.teacher_data`: the data from the stream ``"data"``, the teacher
+  ``M`` from the stream ``"teacher"``); the LLC is estimated on the same set."""
+  keys = rng.key(cfg.run.seed, "data"), rng.key(cfg.run.seed, "teacher")
+  return dln.teacher_data(*keys, cfg.n, cfg.widths, cfg.singular_values, cfg.noise)
 
 
 def make_problem(cfg: Config, data: dict) -> loop.Problem:
@@ -198,28 +192,16 @@ def estimate_checkpoints(
     keys = jnp.concatenate([seed_keys] * len(padded))
     loss_at = jax.vmap(dln.half_mse, in_axes=(0, None))(stack, data)
     modes = jax.vmap(lambda p: dln.learned_modes(dln.product(p), cfg.singular_values))(stack)
-    by_gamma = {
-      gamma: llc_lib.estimate_llc_batch(
-        dln.half_mse, stack, data, key=keys, settings=cfg.sgld, localization=gamma
-      )
-      for gamma in cfg.localizations
-    }
+    estimate = functools.partial(llc_lib.estimate_llc_batch, dln.half_mse, stack, data, key=keys)
+    by_gamma = {g: estimate(settings=cfg.sgld, localization=g) for g in cfg.localizations}
     new = {step: [] for step in group}
     for b, (step, seed) in enumerate(itertools.product(group, seeds)):  # the points' order
+      point = {"loss": loss_at[b], "learned_modes": modes[b]}
       for gamma, res in by_gamma.items():
-        new[step].append(
-          {
-            "step": step,
-            "seed": seed,
-            "localization": gamma,
-            "llc_mean": res.llc_mean[b],
-            "llc_std": res.llc_std[b],
-            "llc_per_chain": res.llc_per_chain[b],
-            "loss": loss_at[b],
-            "learned_modes": modes[b],
-            **{k: res.diagnostics[k][b] for k in DIAGNOSTICS},
-          }
-        )
+        llc = {k: getattr(res, k)[b] for k in ("llc_mean", "llc_std", "llc_per_chain")}
+        diagnostics = {k: res.diagnostics[k][b] for k in DIAGNOSTICS}
+        where = {"step": step, "seed": seed, "localization": gamma}
+        new[step].append({**where, **llc, **point, **diagnostics})
     seed0 = new[group[-1]][: len(cfg.localizations)]  # seed 0's rows come first
     text = ", ".join(f"γ={r['localization']:g}: {r['llc_mean']:.2f}" for r in seed0)
     ctx.log(
@@ -293,14 +275,10 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
       g = [r for r in rows if r["localization"] == gamma and r["seed"] == seed]  # by step
       xs = np.array([r["step"] for r in g])
       mean, sd = np.array([r["llc_mean"] for r in g]), np.array([r["llc_std"] for r in g])
-      shown, label = mean >= floor, f"γ = {gamma:g}, seed {seed}"
       style = dict(ls=["-", "--", ":", "-."][seed % 4], ms=3, lw=1.1, capsize=2, color=f"C{j}")
-      ax_llc.errorbar(xs[shown], mean[shown], yerr=sd[shown], fmt="o", label=label, **style)
-      if (~shown).any():
-        label = f"γ = {gamma:g}: below {floor:.1f} (chains leave a saddle)" if seed == 0 else None
-        ax_llc.plot(
-          xs[~shown], np.full((~shown).sum(), floor), "v", ms=6, color=f"C{j}", label=label
-        )
+      low = f"γ = {gamma:g}: below {floor:.1f} (chains leave a saddle)" if seed == 0 else None
+      label = f"γ = {gamma:g}, seed {seed}"
+      plotting.errorbar_floored(ax_llc, xs, mean, sd, floor, label=label, floor_label=low, **style)
   for r, lam in enumerate(lams):
     ax_llc.axhline(lam, color="gray", ls=":", lw=1)
     ax_llc.text(steps[0], lam, f"λ(r={r}) = {lam:g}", va="bottom", fontsize=7, color="gray")
@@ -310,9 +288,8 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
     f"SGLD: {cfg.sgld.num_chains} chains × {cfg.sgld.num_draws} draws, nβ = {cfg.nbeta_value:.0f}, "
     f"ε = {cfg.sgld.step_size:g}"
   )
-  plotting.label_panel(
-    ax_llc, title, "LLC estimate (bar: sd over chains)", "training step", legend=None
-  )
+  ylabel = "LLC estimate (bar: sd over chains)"
+  plotting.label_panel(ax_llc, title, ylabel, "training step", legend=None)
   ax_llc.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   return plotting.save(fig, path)
 
@@ -334,9 +311,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   summary = summarize(cfg, result.history, rows)
   return frame.Outputs(
     summary,
-    figures=lambda folder: [
-      plot(cfg, result.history, rows, os.path.join(folder, "llc_dynamics.png"))
-    ],
+    figures=lambda f: [plot(cfg, result.history, rows, os.path.join(f, "llc_dynamics.png"))],
     captions={
       "llc_dynamics.png": "Left: the full-data loss (log scale) and the number of teacher modes "
       "learned, one line per seed. Right: the LLC estimate at each checkpoint, one line per seed "

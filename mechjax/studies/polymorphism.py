@@ -46,6 +46,7 @@ from mechjax.studies import frame
 from mechjax.studies import polymorphism_analysis as analysis
 from mechjax.studies import polymorphism_report as report_lib
 from mechjax.train import loop
+from mechjax.train.metrics import finite_mean
 
 NAME = "polymorphism"
 OPTIMIZERS = ("adam", "sgd")
@@ -156,9 +157,8 @@ def make_problem(cfg: Config) -> loop.Problem:
 
   def evaluate(params, key):
     batch = sample(cfg, key, 512)
-    return {
-      f"test_{k}": v for k, v in dyck.losses(model.apply(params, batch["tokens"]), batch).items()
-    }
+    m = dyck.losses(model.apply(params, batch["tokens"]), batch)
+    return {f"test_{k}": v for k, v in m.items()}
 
   init = lambda key: model.init(key, jnp.zeros((1, cfg.length), jnp.int32))
   return loop.Problem(init=init, loss=loss, evaluate=evaluate)
@@ -170,13 +170,8 @@ def make_optimizer(cfg: Config, name: str) -> optax.GradientTransformation:
   if name not in OPTIMIZERS:
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {name!r}")
   peak = cfg.adam_learning_rate if name == "adam" else cfg.sgd_learning_rate
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0,
-    peak,
-    warmup_steps=max(1, cfg.run.steps // 20),
-    decay_steps=cfg.run.steps,
-    end_value=0.01 * peak,
-  )
+  warmup, steps = max(1, cfg.run.steps // 20), cfg.run.steps
+  schedule = optax.warmup_cosine_decay_schedule(0.0, peak, warmup, steps, end_value=0.01 * peak)
   if name == "adam":
     return optax.adam(schedule)
   return optax.sgd(schedule, momentum=cfg.sgd_momentum or None)
@@ -219,13 +214,9 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     agreement = [m["rotation_split_half_agreement"] for m in sites.values()]
     summary["optimizers"][name] = {
       "final_test_acc": {h: np.mean(result.history[-1][f"test_{h}_acc"]) for h in HEADS},
-      "privileged_basis_seeds": analysis.mean_of(
-        [m["privileged_basis_seeds"] for m in sites.values()]
-      ),
+      "privileged_basis_seeds": finite_mean([m["privileged_basis_seeds"] for m in sites.values()]),
       "haar_applicable_sites": [site for site, m in sites.items() if m["haar_applicable"]],
-      "haar_basis_rejections": analysis.mean_of(
-        [m["haar_basis_rejections"] for m in sites.values()]
-      ),
+      "haar_basis_rejections": finite_mean([m["haar_basis_rejections"] for m in sites.values()]),
       "min_cross_covariance_rank": min(ranks),
       "max_cross_covariance_rank": max(ranks),
       "split_half_agreement_range": [min(agreement), max(agreement)],
@@ -255,10 +246,9 @@ def report(summary: dict) -> list[str]:
       "  seeds x sites with a privileged basis (kurtosis test, p <= 0.05): "
       f"{s['privileged_basis_seeds']:.2f}",
       f"  seed pairs whose R rejects Haar on basis statistics: {s['haar_basis_rejections']:.2f} "
-      "(rank of XᵀY "
-      f"{s['min_cross_covariance_rank']}-{s['max_cross_covariance_rank']} of "
-      f"{summary.get('d_model', '?')}; "
-      f"R from two halves of the fit batch agree {lo:.2f}-{hi:.2f}, 1 = identical)",
+      f"(rank of XᵀY {s['min_cross_covariance_rank']}-{s['max_cross_covariance_rank']} of "
+      f"{summary.get('d_model', '?')}; R from two halves of the fit batch agree {lo:.2f}-{hi:.2f}, "
+      "1 = identical)",
       report_lib.table_markdown(s),
     ]
   return lines

@@ -18,8 +18,11 @@ from mechjax.align import haar
 from mechjax.align import transfer
 from mechjax.models import sae as sae_lib
 from mechjax.models.transformer import Transformer
+from mechjax.models.transformer import seed_activations
 from mechjax.models.transformer import site_names
 from mechjax.similarity import representational as rep
+from mechjax.train import metrics
+from mechjax.train.metrics import finite_mean
 
 HAAR_STATS = tuple(haar.TAILS)  # every statistic of mechjax.align.haar.haar_test
 BASIS_STATS = ("signed_permutation_distance", "max_abs_entry_per_row", "entry_kurtosis")
@@ -32,27 +35,13 @@ def analysis_sites(num_layers: int) -> list[str]:
   return transfer.residual_sites(site_names(num_layers))
 
 
-def mean_of(xs):
-  """The mean, in float64, of the finite values of ``xs`` (None for none)."""
-  xs = [float(x) for x in xs if x is not None and np.isfinite(x)]
-  return float(np.mean(xs)) if xs else None
-
-
 @jax.jit
 def _pair_numbers(xa_fit, xb_fit, xa_held, xb_held):
   """Everything about a seed pair (a, b) at one site that needs only activations: both directions'
-  fits (:func:`mechjax.align.transfer.measure_alignment`) and the pair's similarity."""
-  directions = []
-  for x_fit, y_fit, x_held, y_held in (
-    (xa_fit, xb_fit, xa_held, xb_held),
-    (xb_fit, xa_fit, xb_held, xa_held),
-  ):
-    fit, numbers = transfer.measure_alignment(x_fit, y_fit, x_held, y_held, scale=True)
-    directions.append({"R": fit.R, "scale": fit.scale, **numbers})
-  pair = {k: directions[0][k] for k in PAIR_KEYS}
-  pair["cka"] = rep.linear_cka(xa_held, xb_held)
-  pair["procrustes_distance"] = rep.procrustes_distance(xa_held, xb_held)
-  pair["mean_cca"] = rep.mean_cca(xa_held, xb_held)
+  fits and the pair's similarity (:func:`mechjax.align.transfer.measure_pair`)."""
+  fits, pair = transfer.measure_pair(xa_fit, xb_fit, xa_held, xb_held, scale=True)
+  directions = [{"R": fit.R, "scale": fit.scale, **numbers} for fit, numbers in fits]
+  pair.update({k: directions[0][k] for k in PAIR_KEYS})
   return pair, [{k: v for k, v in x.items() if k not in PAIR_KEYS} for x in directions]
 
 
@@ -72,33 +61,23 @@ def analyze(
   draw = jax.jit(sample, static_argnums=1)
   fit_batch = draw(rng.key(seed, "fit-batch"), cfg.fit_sequences)
   eval_batch = draw(rng.key(seed, "held-out-batch"), cfg.eval_sequences)
-  forward = jax.jit(  # every seed's activations on the same tokens
-    jax.vmap(lambda p, tokens: model.apply(p, tokens, return_sites=True)[1], in_axes=(0, None))
-  )
-  fit, held = (  # {site: (S, N·T, d)}, positions flattened
-    {s: a[s].reshape(num_seeds, -1, d) for s in sites}
-    for a in (forward(params_S, fit_batch["tokens"]), forward(params_S, eval_batch["tokens"]))
-  )
+  batches = {"fit": fit_batch["tokens"], "held": eval_batch["tokens"]}
+  acts = seed_activations(model, params_S, batches, sites)  # every seed's, on the same tokens
+  fit, held = acts["fit"], acts["held"]  # {site: (S, N·T, d)}, positions flattened
   valid_fit = fit_batch["valid"].reshape(-1)
 
   # SAEs: one per (site, seed), on the fit activations scaled to unit RMS entry, so that one
   # learning rate suits every site.
-  norms = {s: jnp.sqrt(jnp.mean(fit[s] ** 2, axis=(-2, -1))) for s in sites}
-  buffers = jnp.concatenate([fit[s] / norms[s][:, None, None] for s in sites])
   sae_model = sae_lib.SAE(cfg.sae_latents, top_k=cfg.sae_top_k or None)
-  sae_params, sae_mse = sae_lib.train_saes(
+  saes, sae_mse = sae_lib.train_unit_rms_saes(
     sae_model,
-    buffers,
+    jnp.concatenate([fit[s] for s in sites]),
     rng.key(seed, "sae"),
     steps=cfg.sae_steps,
     batch_size=cfg.sae_batch_size,
     lr=cfg.sae_learning_rate,
   )
-  sae_params, norms = jax.device_get((sae_params, norms))  # on the host: indexing compiles nothing
-  sae_of = lambda si, seed: (
-    jax.tree.map(lambda a: a[si * num_seeds + seed], sae_params),
-    norms[sites[si]][seed],
-  )
+  sae_of = lambda si, seed: saes[si * num_seeds + seed]
 
   sae_numbers = jax.jit(functools.partial(transfer.sae_transfer, sae_model))
 
@@ -182,41 +161,29 @@ def summarize_site(seeds: dict, pairs: list[dict], d: int, level: float = 0.05) 
   """
   dirs = [x for p in pairs for x in p["directions"]]
   out = {
-    k: mean_of(seeds[k]) for k in ("sae_ev_within", "sae_live_fraction", "effective_dimension")
+    k: finite_mean(seeds[k]) for k in ("sae_ev_within", "sae_live_fraction", "effective_dimension")
   }
   # Every number of a transfer direction is averaged, but the effects of the transferred vectors,
   # which become ratios to the native one.
   ratios = ("aligned", "raw", "random")
   skip = {"source", "target", "scale", *(f"steer_effect_{k}" for k in ratios)}
-  out.update({k: mean_of([x[k] for x in dirs]) for k in dirs[0] if k not in skip})
+  out.update({k: finite_mean([x[k] for x in dirs]) for k in dirs[0] if k not in skip})
   for key in ("rotation_split_half_agreement", "cka", "procrustes_distance", "mean_cca"):
-    out[key] = mean_of([p[key] for p in pairs])
+    out[key] = finite_mean([p[key] for p in pairs])
   scales = [x["scale"] for x in dirs]
   out["scale_range"] = [min(scales), max(scales)]
   steered = [x for x in dirs if abs(x["steer_effect_native"]) > 1e-6]
   for kind in ratios:
-    out[f"steer_ratio_{kind}"] = mean_of(
+    out[f"steer_ratio_{kind}"] = finite_mean(
       [x[f"steer_effect_{kind}"] / x["steer_effect_native"] for x in steered]
     )
-  basis = seeds["privileged_basis_test"]
-  out["privileged_basis_seeds"] = np.mean([b["p_value"] <= level for b in basis])
-  out["basis_kurtosis"] = mean_of([b["value"] for b in basis])
-  out["basis_kurtosis_null"] = mean_of([b["null_mean"] for b in basis])
-  out["basis_p_median"] = np.median([b["p_value"] for b in basis])
+  basis = metrics.pool_tests(seeds["privileged_basis_test"], level)
+  out["privileged_basis_seeds"] = basis["fraction_rejected"]
+  out["basis_p_median"] = basis["p_median"]
+  out["basis_kurtosis"], out["basis_kurtosis_null"] = basis["value_mean"], basis["null_mean"]
   out["min_cross_covariance_rank"] = min(p["cross_covariance_rank"] for p in pairs)
   out["haar_applicable"] = out["min_cross_covariance_rank"] == d
-  out["haar"] = {}
-  for stat in HAAR_STATS:
-    tests = [p["haar"][stat] for p in pairs]
-    ps = np.array([t["p_value"] for t in tests])
-    out["haar"][stat] = {
-      "value_mean": mean_of([t["value"] for t in tests]),
-      "null_mean": mean_of([t["null_mean"] for t in tests]),
-      "p_median": np.median(ps),
-      "fraction_rejected": np.mean(ps <= level),
-    }
-  basis_p = [
-    min(1.0, len(BASIS_STATS) * min(p["haar"][s]["p_value"] for s in BASIS_STATS)) for p in pairs
-  ]
+  out["haar"] = {s: metrics.pool_tests([p["haar"][s] for p in pairs], level) for s in HAAR_STATS}
+  basis_p = [metrics.bonferroni([p["haar"][s]["p_value"] for s in BASIS_STATS]) for p in pairs]
   out["haar_basis_rejections"] = np.mean(np.array(basis_p) <= level)
   return out

@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from mechjax import plotting
+from mechjax import report
 from mechjax import rng
 from mechjax.align import haar
 from mechjax.studies.polymorphism_analysis import HAAR_STATS
@@ -36,13 +37,11 @@ TABLE_COLUMNS = (
 def table_markdown(opt_summary: dict) -> str:
   """The per-site table of one optimizer as markdown (means over seed pairs and transfer
   directions)."""
-  head = "| site | " + " | ".join(c[1] for c in TABLE_COLUMNS) + " |"
-  rule = "|" + "---|" * (len(TABLE_COLUMNS) + 1)
-  rows = []
-  for site, m in opt_summary["sites"].items():
-    cells = [("n/a" if m[key] is None else fmt.format(m[key])) for key, _, fmt in TABLE_COLUMNS]
-    rows.append(f"| {site} | " + " | ".join(cells) + " |")
-  return "\n".join([head, rule, *rows])
+  rows = [
+    [site, *("n/a" if m[key] is None else fmt.format(m[key]) for key, _, fmt in TABLE_COLUMNS)]
+    for site, m in opt_summary["sites"].items()
+  ]
+  return report.markdown_table(["site", *(c[1] for c in TABLE_COLUMNS)], rows)
 
 
 def tables_markdown(summary: dict) -> str:
@@ -73,7 +72,7 @@ def captions(cfg) -> dict[str, str]:
   }
 
 
-# The bar figures' series: {label: the key of a site's summary, or the path to it}.
+# The bar figures' series: {label: the key of a site's summary, dotted (report.flatten) if nested}.
 DICTIONARY = {
   "within seed (ceiling)": "sae_ev_within",
   "cross-seed, raw": "sae_ev_raw",
@@ -81,7 +80,7 @@ DICTIONARY = {
   "decoder max |cos| (raw)": "decoder_max_cos_raw",
 }
 P_VALUES = {"privileged basis of activations (kurtosis)": "basis_p_median"} | {
-  f"R: {stat}": ("haar", stat, "p_median") for stat in HAAR_STATS
+  f"R: {stat}": f"haar.{stat}.p_median" for stat in HAAR_STATS
 }
 STEERING = {
   "source vector through sR": "steer_ratio_aligned",
@@ -90,22 +89,11 @@ STEERING = {
 }
 
 
-def _site_value(m: dict, key: str | tuple[str, ...]):
-  for k in (key,) if isinstance(key, str) else key:
-    m = m[k]
-  return m
-
-
 def plot_all(cfg, summary: dict, histories: dict, rotations: dict, figures: str) -> list[str]:
   """Writes the five figures into the folder ``figures``; returns their paths."""
   opts, sites = summary["optimizers"], summary["sites"]
 
-  def accuracy(o: str, head: str) -> plotting.Curve:
-    rows = histories[o]
-    return plotting.Curve(
-      np.array([r["step"] for r in rows]), np.array([r[f"test_{head}_acc"] for r in rows], float), o
-    )
-
+  accuracy = lambda o, head: plotting.history_curve(histories[o], f"test_{head}_acc", o)
   panels = [(f"{h} head", [accuracy(o, h) for o in opts]) for h in ("token", "depth", "valid")]
   path = lambda name: os.path.join(figures, name)
   written = [
@@ -117,7 +105,8 @@ def plot_all(cfg, summary: dict, histories: dict, rotations: dict, figures: str)
     ("steering_transfer.png", "{}", STEERING, "effect / target's own vector", (0, 1)),
   ):
     by_label = lambda s: {
-      label: [_site_value(s["sites"][site], key) for site in sites] for label, key in series.items()
+      label: [report.flatten(s["sites"][site])[key] for site in sites]
+      for label, key in series.items()
     }
     panels = [(title.format(o), sites, by_label(s)) for o, s in opts.items()]
     written.append(plotting.bars_figure(panels, path(name), ylabel=ylabel, hlines=hlines))

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from mechjax import config
@@ -52,6 +51,7 @@ REQUIRED = {
   "tokens.corpus_from_text('texts/', 'pythia-70m-seed1', 'corpus.tokens')\")",
 }
 HAAR_SHOWN = ("frobenius_to_identity", "signed_permutation_distance", "entry_kurtosis")
+TRANSFERRED = ("aligned", "raw", "random")  # the vectors whose effect is over B's own vector's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,18 +85,8 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   model_a, params_a = pretrained.load(cfg.model_a)
   model_b, params_b = pretrained.load(cfg.model_b)
   a, b = model_a.arch, model_b.arch
-  for what in ("d_model", "vocab_size"):
-    if getattr(a, what) != getattr(b, what):
-      raise config.ConfigError(
-        ["model_a", "model_b"],
-        f"must have the same {what}; got {getattr(a, what)} and {getattr(b, what)}",
-      )
+  pretrained.check_pair(a, b, cfg.seq_len)
   d = a.d_model
-  limit = min(a.max_positions, b.max_positions)
-  if cfg.seq_len > limit:
-    raise config.ConfigError(
-      ["seq_len"], f"must be at most {limit}, the models' position limit (max_position_embeddings)"
-    )
   if cfg.fit_windows * cfg.seq_len < d:
     raise config.ConfigError(
       ["fit_windows", "seq_len"],
@@ -113,61 +103,45 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   ctx.log(
     f"{len(sites)} residual sites, d = {d}; {fit_w.size} fit and {held_w.size} held-out tokens"
   )
-  chunks = lambda w: [w[i : i + cfg.batch_windows] for i in range(0, len(w), cfg.batch_windows)]
-  acts = {}  # {(model, split): {site: (windows·seq_len, d)}}, float64, window-major
-  for name, model, params in (("a", model_a, params_a), ("b", model_b, params_b)):
-    windows = {"fit": fit_w, "held": held_w}
-    by_split = pretrained.site_activations(model, params, windows, sites, cfg.batch_windows)
-    acts.update({(name, split): x for split, x in by_split.items()})
+  acts = {  # {model: {split: {site: (windows·seq_len, d)}}}, float64, window-major
+    name: pretrained.site_activations(
+      model, params, {"fit": fit_w, "held": held_w}, sites, cfg.batch_windows
+    )
+    for name, model, params in (("a", model_a, params_a), ("b", model_b, params_b))
+  }
   # The concept: the fit windows' most frequent next token, labelled at every position but the last
   # of each window (which has no next token in the window).
   target_token = np.bincount(fit_w[:, 1:].ravel()).argmax()
   labels = (fit_w[:, 1:] == target_token).ravel()
   with_next = lambda x: x.reshape(cfg.fit_windows, cfg.seq_len, d)[:, :-1].reshape(-1, d)
-
-  @jax.jit
-  def mean_log_p(params, site_index, v, tokens):
-    """B's mean ``log p(target_token)`` with ``v`` added at ``sites[site_index]``: one compiled
-    program for every site and vector."""
-    logits = model_b.apply(
-      {"params": params}, tokens, steer=transfer.steer_at(sites, site_index, v)
-    )
-    return jnp.mean(jax.nn.log_softmax(logits.astype(jnp.float32))[..., target_token])
-
-  def log_p(site_index, v):
-    v = jnp.asarray(cfg.steer_scale * v, jnp.float32)
-    vals = [mean_log_p(params_b, site_index, v, c) for c in chunks(held_w)]
-    return np.average(np.asarray(vals), weights=[len(c) for c in chunks(held_w)])
-
+  # B's mean log p(target_token) on the held-out windows, with a vector added at a site.
+  log_p = pretrained.steered_log_prob(
+    model_b, params_b, sites, held_w, target_token, cfg.batch_windows
+  )
   clean = log_p(0, np.zeros(d))
   rows, rotations = {}, {}
   for si, site in enumerate(sites):
     ctx.log(f"  {site}")
-    xa, xb = acts["a", "fit"][site], acts["b", "fit"][site]
+    xa, xb = acts["a"]["fit"][site], acts["b"]["fit"][site]
     v_a, v_b = (transfer.diff_of_means(with_next(x), labels) for x in (xa, xb))
     random_v = jax.random.normal(rng.key(cfg.seed, "random-steering", si), (d,))
     with jax.enable_x64(True):  # the fit and the vectors it moves in float64
       fit, numbers = transfer.measure_alignment(
-        xa, xb, acts["a", "held"][site], acts["b", "held"][site], center=True
+        xa, xb, acts["a"]["held"][site], acts["b"]["held"][site], center=True
       )
       vectors, cosines = transfer.steering_transfer(
         *(np.asarray(x, np.float64) for x in (v_a, v_b, fit.R, random_v))
       )
       r, numbers, vectors, cosines = jax.device_get((fit.R, numbers, vectors, cosines))
     tests = haar.haar_test(r, rng.key(cfg.seed, "haar-test", si), num_null=cfg.num_null)
-    effect = {kind: log_p(si, v) - clean for kind, v in vectors.items()}
+    effect = {kind: log_p(si, cfg.steer_scale * v) - clean for kind, v in vectors.items()}
     native = effect["native"]
     rows[site] = {
       **numbers,
       "frobenius_to_identity": tests["frobenius_to_identity"]["value"],
-      "haar": {
-        k: {q: t[q] for q in ("value", "null_mean", "null_sd", "p_value")} for k, t in tests.items()
-      },
+      "haar": {k: {q: v for q, v in t.items() if q != "tail"} for k, t in tests.items()},
       "steer_effect": effect,
-      "steer_ratio": {
-        k: (effect[k] / native if abs(native) > 1e-9 else None)
-        for k in ("aligned", "raw", "random")
-      },
+      "steer_ratio": {k: effect[k] / native if abs(native) > 1e-9 else None for k in TRANSFERRED},
       **cosines,
     }
     rotations[site] = r
@@ -237,7 +211,7 @@ def plot(summary: dict, path: str) -> str:
   values = [t["value"] for t in tests]
   frob.plot(x, values, "o-", label="‖R − I‖_F")
   frob.set_ylim(0, 1.15 * max(max(values), float(np.max(mean + 2 * sd)), summary["sqrt_2d"]))
-  for kind in ("aligned", "raw", "random"):  # None (no effect of B's own vector) is not drawn
+  for kind in TRANSFERRED:  # None (no effect of B's own vector) is not drawn
     ratios = np.array([r["steer_ratio"][kind] for r in rows], dtype=float)
     steer.plot(x, ratios, "o-", label=kind)
   steer.axhline(1.0, ls=":", c="k", lw=1)

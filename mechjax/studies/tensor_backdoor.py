@@ -41,9 +41,9 @@ from mechjax import rng
 from mechjax.data import digits
 from mechjax.models import bilinear as bl
 from mechjax.similarity import checkpoints
-from mechjax.similarity import tensor as ts
 from mechjax.studies import frame
 from mechjax.train import loop
+from mechjax.train import metrics
 
 LABELS = {
   "tensor": "tensor similarity (full)",
@@ -106,22 +106,16 @@ def make_problem(cfg: Config, poison_fraction: float) -> loop.Problem:
     idx = jax.random.randint(k_idx, (cfg.batch_size,), 0, y_tr.shape[0])
     x, y = x_tr[idx], y_tr[idx]
     if poison_fraction > 0:
-      mask = jax.random.bernoulli(k_poison, poison_fraction, (cfg.batch_size,))
-      x = jnp.where(mask[:, None], digits.trigger(x, cfg.trigger_size), x)
-      y = jnp.where(mask, cfg.target_class, y)
-    logits = model.apply(params, x)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-    return ce, {"acc": jnp.mean(jnp.argmax(logits, -1) == y)}
+      x, y = digits.poison(k_poison, x, y, poison_fraction, cfg.trigger_size, cfg.target_class)
+    ce, acc = metrics.cross_entropy_accuracy(model.apply(params, x), y)
+    return ce, {"acc": acc}
 
   def evaluate(params, key):
     del key
-    logits = model.apply(params, x_te)
+    loss, acc = metrics.cross_entropy_accuracy(model.apply(params, x_te), y_te)
     hit = jnp.argmax(model.apply(params, x_trig), -1) == cfg.target_class
-    return {
-      "test_acc": jnp.mean(jnp.argmax(logits, -1) == y_te),
-      "test_loss": optax.softmax_cross_entropy_with_integer_labels(logits, y_te).mean(),
-      "attack_success": jnp.sum(hit & others) / jnp.sum(others),
-    }
+    asr = jnp.sum(hit & others) / jnp.sum(others)
+    return {"test_acc": acc, "test_loss": loss, "attack_success": asr}
 
   return loop.Problem(lambda key: model.init(key, jnp.zeros((1, 64))), loss, evaluate)
 
@@ -135,8 +129,7 @@ def similarities(cfg: Config, reference: dict, params: list[dict]) -> dict[str, 
   x_trig = digits.trigger(x_clean, cfg.trigger_size)
   m = checkpoints.matrices(model, nets, x_clean, slice_index=cfg.target_class)
   m["tensor_target_slice"], m["logit_cosine_clean"] = m["tensor_slice"], m["logit_cosine"]
-  triggered = jax.vmap(lambda p: model.apply(p, x_trig))(checkpoints.stack(nets))
-  m["logit_cosine_triggered"] = ts.cosine_matrix(triggered)
+  m["logit_cosine_triggered"] = checkpoints.logit_cosine(model, nets, x_trig)
   return {k: np.asarray(m[k][0, 1:], np.float64) for k in MEASURES}
 
 
@@ -163,10 +156,8 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains the three runs (resuming interrupted ones), compares every fine-tuning checkpoint with
   the last clean one, and writes ``summary.json``, ``similarity.json`` and figures."""
   optimizer = optax.adam(cfg.learning_rate)
-  summarize = lambda r: (
-    f"loss {np.mean(r['train_loss']):.3f} | test acc {np.mean(r['test_acc']):.3f} | "
-    f"attack success {np.mean(r['attack_success']):.3f}"
-  )
+  fields = {"loss": "train_loss", "test acc": "test_acc", "attack success": "attack_success"}
+  summarize = lambda r: metrics.progress_line(r, fields)
   ctx.plan(3)  # clean, then poisoned and continued from it
   clean = ctx.train(
     "clean", make_problem(cfg, 0.0), optimizer, summarize=summarize, keep_checkpoints=None
@@ -195,12 +186,8 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   seeds, curves = [], {}
   for s in range(cfg.run.num_seeds):
     asr = np.array([r["attack_success"][s] for r in poisoned if r["step"] in steps])
-    sims = {
-      name: similarities(
-        cfg, clean.params_of(s), [jax.tree.map(lambda a: a[s], saved[name][t]) for t in steps]
-      )
-      for name in tunes
-    }
+    reference = clean.params_of(s)
+    sims = {n: similarities(cfg, reference, checkpoints.of_seed(saved[n], s, steps)) for n in tunes}
     curves[s] = {"steps": steps, "attack_success": asr, **sims}
     seeds.append(
       {
@@ -288,15 +275,12 @@ def plot_all(
   for ax, name in ((axes[1], "poisoned"), (axes[2], "continued")):
     for i, m in enumerate(MEASURES):
       ax.plot(curves[0]["steps"], 1 - curves[0][name][m], color=f"C{i}", label=LABELS[m])
-    if onset is not None:
-      ax.axvline(onset["step"], color="k", lw=0.8, ls="--")
+    plotting.mark_steps(ax, [(onset["step"] if onset else None, "onset")])
     ax.set_yscale("symlog", linthresh=1e-4)
     dashed = f" (dashed: onset, ASR ≥ {ONSET_ASR})" if onset and name == "poisoned" else ""
     title, ylabel = f"{name} fine-tune{dashed}", "1 − similarity to the clean model"
     plotting.label_panel(
       ax, title, ylabel, "fine-tuning step", grid="", legend=7 if name == "poisoned" else None
     )
-  ymax = max(a.get_ylim()[1] for a in axes[1:])
-  for a in axes[1:]:
-    a.set_ylim(0, ymax)
+  plotting.share_ylim(axes[1:], bottom=0)
   return [plotting.save(fig, os.path.join(figures, "backdoor_similarity.png"))]

@@ -38,13 +38,8 @@ from mechjax.train import loop
 from mechjax.train import metrics
 
 RUN = "grokking"
-LABELS = {
-  "tensor": "tensor similarity",
-  "logit_cosine": "logit cosine (all P² inputs)",
-  "weight_cosine": "weight cosine",
-  "cka": "CKA of hidden products",
-}
-MEASURES = tuple(LABELS)  # mechjax.similarity.checkpoints.MEASURES
+LABELS = checkpoints.LABELS | {"logit_cosine": "logit cosine (all P² inputs)"}
+MEASURES = checkpoints.MEASURES
 THRESHOLD = 0.99
 
 
@@ -90,11 +85,6 @@ def model_of(cfg: Config) -> nn.Module:
   return nn.Sequential([bl.Bilinear(cfg.hidden, project=False), bl.Linear(cfg.p)])
 
 
-def _ce_acc(logits, y):
-  ce = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-  return ce, jnp.mean(jnp.argmax(logits, -1) == y)
-
-
 def make_problem(cfg: Config) -> loop.Problem:
   model = model_of(cfg)
   train_idx, test_idx = map(jnp.asarray, modular.split(cfg.p, cfg.train_fraction, cfg.run.seed))
@@ -102,7 +92,7 @@ def make_problem(cfg: Config) -> loop.Problem:
   def loss(params, key):
     idx = train_idx[jax.random.randint(key, (cfg.batch_size,), 0, train_idx.shape[0])]
     x, y = modular.pairs(cfg.p, idx)
-    ce, acc = _ce_acc(model.apply(params, x), y)
+    ce, acc = metrics.cross_entropy_accuracy(model.apply(params, x), y)
     return ce, {"acc": acc}
 
   def evaluate(params, key):
@@ -110,7 +100,8 @@ def make_problem(cfg: Config) -> loop.Problem:
     out = {}
     for name, idx in (("train", train_idx), ("test", test_idx)):
       x, y = modular.pairs(cfg.p, idx)
-      out[f"{name}_loss"], out[f"{name}_acc"] = _ce_acc(model.apply(params, x), y)
+      logits = model.apply(params, x)
+      out[f"{name}_loss"], out[f"{name}_acc"] = metrics.cross_entropy_accuracy(logits, y)
     return out
 
   return loop.Problem(lambda key: model.init(key, jnp.zeros((1, 2 * cfg.p))), loss, evaluate)
@@ -134,26 +125,18 @@ def members(cfg: Config) -> list[dict]:
   return [{"seed": s, "weight_decay": wd} for wd in wds for s in range(cfg.run.num_seeds)]
 
 
-def _mean_or_none(xs):
-  """The mean, or None when any value is None (e.g. a member that never generalised)."""
-  return None if any(x is None for x in xs) else np.mean(xs)
-
-
 @frame.study
 def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains (resuming an interrupted run), compares every pair of checkpoints, and writes
   ``summary.json``, ``similarity.npz`` (the matrices and their steps) and figures."""
   who = members(cfg)
-  keys = jnp.tile(
-    loop.seed_keys(cfg.run.seed, cfg.run.num_seeds), (len(who) // cfg.run.num_seeds, 1)
-  )
+  seed_keys = loop.seed_keys(cfg.run.seed, cfg.run.num_seeds)
+  keys = jnp.tile(seed_keys, (len(who) // cfg.run.num_seeds, 1))  # member: its seed's key
   problem, optimizer = make_problem(cfg), make_optimizer(cfg)
   hyperparams = {"weight_decay": [m["weight_decay"] for m in who]} if cfg.weight_decays else None
   schedule = loop.power_schedule(cfg.run.steps, cfg.num_checkpoints, cfg.checkpoint_power)
-  summarize = lambda r: (
-    f"loss {np.mean(r['train_loss']):.3f} | train acc {np.mean(r['train_acc']):.3f} "
-    f"| test acc {np.mean(r['test_acc']):.3f}"
-  )
+  fields = {"loss": "train_loss", "train acc": "train_acc", "test acc": "test_acc"}
+  summarize = lambda r: metrics.progress_line(r, fields)
   result = ctx.train(
     RUN,
     problem,
@@ -173,8 +156,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   all_x, _ = modular.pairs(cfg.p, jnp.arange(cfg.p**2))
   seeds, sims = [], {"steps": np.array(steps)}  # sims: similarity.npz
   for s, member in enumerate(who):
-    params = [jax.tree.map(lambda a: a[s], params_by_step[t]) for t in steps]
-    mats = checkpoints.matrices(model_of(cfg), params, all_x)
+    mats = checkpoints.matrices(model_of(cfg), checkpoints.of_seed(params_by_step, s, steps), all_x)
     sims.update({f"seed{s}/{k}": v for k, v in mats.items()})
     seeds.append(
       {
@@ -203,8 +185,8 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     for wd in cfg.weight_decays:
       group = [s for s in seeds if s["weight_decay"] == wd]
       summary["by_weight_decay"][str(wd)] = {
-        "generalised_step": _mean_or_none([s["generalised_step"] for s in group]),
-        "final_test_acc": _mean_or_none([s["final_test_acc"] for s in group]),
+        "generalised_step": metrics.mean_or_none([s["generalised_step"] for s in group]),
+        "final_test_acc": metrics.mean_or_none([s["final_test_acc"] for s in group]),
         "pearson_r_tensor_vs_logit_cosine": r_tensor(group),
       }
   return frame.Outputs(
@@ -249,16 +231,11 @@ def plot_all(
   plt, s0, path = plotting.plt, seeds[0], lambda name: os.path.join(figures, name)
   phases = [(s0["memorised_step"], "memorised"), (s0["generalised_step"], "generalised")]
   fig, ax = plt.subplots(figsize=(7, 4))
-  x = [r["step"] for r in history]
   for key, colour in (("train_acc", "C0"), ("test_acc", "C1")):
-    ys = np.array([r[key] for r in history])
-    for s in range(ys.shape[1]):
-      label = None if s else key.replace("_acc", " accuracy")
-      ax.plot(x, ys[:, s], color=colour, alpha=0.4 if s else 0.9, label=label)
-  for step, label in phases:
-    if step is not None:
-      ax.axvline(step, color="k", ls="--", lw=0.8)
-      ax.text(step, 0.55, f"{label} \nstep {step} ", fontsize=8, ha="right")
+    c = plotting.history_curve(history, key, key.replace("_acc", " accuracy"))
+    for s, y in enumerate(c.y_TxS.T):  # seed 0 solid and labelled, the others faint
+      ax.plot(c.x_T, y, color=colour, alpha=0.4 if s else 0.9, label=None if s else c.label)
+  plotting.mark_steps(ax, phases, text_y=0.55)
   ax.plot(steps, np.full(len(steps), -0.03), "|", color="0.4", label="checkpoints")
   title = (
     f"Modular addition, P = {cfg.p}: memorisation, then generalisation\n"
@@ -266,13 +243,11 @@ def plot_all(
   )
   plotting.label_panel(ax, title, "accuracy", "step", grid="", legend=None)
   ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.08), fontsize=8)
-  written = [plotting.save(fig, path("grokking_accuracy.png"))]
+  accuracy = plotting.save(fig, path("grokking_accuracy.png"))
 
   order = f"{len(steps)} checkpoints in order, step 0 → {steps[-1]}"
   panels = [(f"{LABELS[m]}\n{order}", sims[f"seed0/{m}"]) for m in MEASURES]
-  written.append(
-    plotting.matrices_figure(panels, path("grokking_similarity_matrices.png"), vmax=1.0)
-  )
+  matrices = plotting.matrices_figure(panels, path("grokking_similarity_matrices.png"), vmax=1.0)
 
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
   t, lc = sims["seed0/tensor"], sims["seed0/logit_cosine"]
@@ -283,9 +258,7 @@ def plot_all(
   plotting.label_panel(axes[0], title, "tensor similarity", "logit cosine", grid="", legend=None)
   for m in MEASURES:
     axes[1].plot(steps, sims[f"seed0/{m}"][:, -1], label=LABELS[m])
-  for step, _ in phases:
-    if step is not None:
-      axes[1].axvline(step, color="k", ls="--", lw=0.8)
+  plotting.mark_steps(axes[1], phases)
   ylabel = "similarity to the final checkpoint"
   plotting.label_panel(axes[1], "", ylabel, "checkpoint step", grid="", legend=8)
-  return [*written, plotting.save(fig, path("grokking_tensor_vs_logit.png"))]
+  return [accuracy, matrices, plotting.save(fig, path("grokking_tensor_vs_logit.png"))]

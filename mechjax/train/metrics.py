@@ -15,7 +15,9 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
 
 def is_writer() -> bool:
@@ -103,6 +105,63 @@ def paired_shift(values: list, baseline: list) -> dict:
     "earlier_in": np.sum(d < 0),
     "later_in": np.sum(d > 0),
   }
+
+
+def finite_mean(xs) -> float | None:
+  """The mean, as a Python float computed in float64, of the values of ``xs`` that are neither None
+  nor NaN/±inf; None when no value is left."""
+  xs = [float(x) for x in xs if x is not None and np.isfinite(x)]
+  return float(np.mean(xs)) if xs else None
+
+
+def bonferroni(p_values) -> float:
+  """The Bonferroni-combined p-value of several tests of one hypothesis: ``min(1, m · min p)`` for
+  ``m`` p-values."""
+  p_values = list(p_values)
+  return min(1.0, len(p_values) * min(p_values))
+
+
+def spread(values) -> dict:
+  """How a sample of numbers spreads: its ``min``, ``median``, ``max`` and ``sd`` (with Bessel's
+  correction; 0.0 for a single value)."""
+  v = np.asarray(values)
+  sd = v.std(ddof=1) if v.size > 1 else 0.0
+  return {"min": v.min(), "median": np.median(v), "max": v.max(), "sd": sd}
+
+
+def pool_tests(tests: list[dict], level: float = 0.05) -> dict:
+  """One row of a table from several results of one hypothesis test (each a dict with ``"value"``,
+  ``"null_mean"`` and ``"p_value"``, as :func:`mechjax.align.haar.haar_test` gives per statistic,
+  e.g. one per seed pair): the mean statistic ``value_mean`` and its null's ``null_mean``
+  (:func:`finite_mean`), the median p-value ``p_median`` and ``fraction_rejected``, the share of
+  the tests with p ≤ ``level``."""
+  ps = np.array([t["p_value"] for t in tests])
+  return {
+    "value_mean": finite_mean([t["value"] for t in tests]),
+    "null_mean": finite_mean([t["null_mean"] for t in tests]),
+    "p_median": np.median(ps),
+    "fraction_rejected": np.mean(ps <= level),
+  }
+
+
+def mean_or_none(xs):
+  """The mean of ``xs``, or None as soon as one value is None (e.g. the step at which a seed that
+  never got there reached a threshold)."""
+  return None if any(x is None for x in xs) else np.mean(xs)
+
+
+def cross_entropy_accuracy(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The mean softmax cross-entropy of ``logits`` ``(N, classes)`` against integer ``labels``
+  ``(N,)``, and the fraction of rows whose largest logit is at the label (traceable)."""
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+  return ce, jnp.mean(jnp.argmax(logits, -1) == labels)
+
+
+def progress_line(row: dict, fields: dict[str, str], digits: int = 3) -> str:
+  """One logged row of a run as a line of the progress log: ``"<name> <value> | …"``, one entry per
+  ``name: key`` of ``fields``, the value being the mean over the seeds of ``row[key]`` with
+  ``digits`` decimals."""
+  return " | ".join(f"{name} {np.mean(row[key]):.{digits}f}" for name, key in fields.items())
 
 
 class MetricsWriter:
