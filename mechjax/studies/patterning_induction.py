@@ -45,6 +45,7 @@ from mechjax import plotting
 from mechjax import rng
 from mechjax.data import repeats
 from mechjax.models import transformer
+from mechjax.slt import mixing
 from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
@@ -234,6 +235,8 @@ def susceptibilities(cfg: Config, net: transformer.Transformer, w_star) -> dict[
   return {
     "chi": res.chi[:, 0],
     "standard_error": res.standard_error[:, 0],
+    "rhat": res.chi_rhat[:, 0],
+    "ess": res.chi_ess[:, 0],
     "llc": res.llc,
     "groups": repeats.token_groups(np.repeat([1, 0], half), cfg.length).reshape(-1),
     "heads": np.array(res.components),
@@ -287,6 +290,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "chi_step": cfg.chi_step,
     "formation_threshold": threshold,
     "head_llc": dict(zip(chi["heads"], chi["llc"])),
+    "chi_mixing": mixing.worst(chi["rhat"], chi["ess"], cfg.sgld.num_chains),
     "induction_component": direction["component"],
     "component_correlations": direction["correlations"],
     "explained_variance": direction["explained_variance"],
@@ -336,6 +340,8 @@ def report(summary: dict) -> list[str]:
     f"{s['component_correlations'][k]:+.2f} with the induction positions; weight on them "
     + ", ".join(f"{c} {w:.3f}" for c, w in s["induction_weight"].items())
   ]
+  m = s["chi_mixing"]
+  lines.append(f"  per-token χ: R̂ ≤ {m['rhat_max']:.3f}, {m['share_failing']:.0%} of entries fail")
   for c, f in s["formation_step"].items():
     line = f"  {c}: formation steps {[None if x is None else round(x) for x in f]}"
     d = s["formation_shift_vs_unweighted"].get(c)

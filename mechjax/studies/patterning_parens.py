@@ -36,6 +36,7 @@ import numpy as np
 from mechjax import config
 from mechjax.config import ConfigError
 from mechjax.data import parens
+from mechjax.slt import mixing
 from mechjax.slt import patterning
 from mechjax.studies import frame
 from mechjax.studies import patterning_parens_base as shared
@@ -78,6 +79,15 @@ class Config(shared.ParensSettings):
     20.0,
     "How far the re-weighting is to lower λ_target − λ_other, to first order.",
     check=config.positive,
+  )
+
+  total_variations: tuple[float, ...] = config.setting(
+    (),
+    "Re-examine the prediction instead of retraining: scale the re-weightings of the study's own "
+    "SGLD settings to each of these total variations, and predict and re-measure both LLCs at "
+    "--draws, --sgld_step_size and --localization (with --neg_prefix_fraction, no base-rate "
+    "sweep); empty: the study as designed.",
+    check=config.all_of(config.distinct, config.each(config.within(0, 1))),
   )
 
   def validate(self):
@@ -161,8 +171,13 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
   figure."""
   model = shared.Model(cfg)
-  sweep, sweep_histories = base_rate_sweep(cfg, model, ctx)
+  if cfg.total_variations and cfg.neg_prefix_fraction is not None:
+    sweep, sweep_histories = [], {}
+  else:
+    sweep, sweep_histories = base_rate_sweep(cfg, model, ctx)
   fraction, chosen_by, in_range, data, refs, passed_over = solved_share(cfg, model, sweep, ctx)
+  if cfg.total_variations:
+    return reexamination(cfg, model, data, refs, fraction, ctx)
   ctx.log(
     f"continuing at neg_prefix_fraction={fraction:g} ({chosen_by}; base rate in 25-75%: {in_range})"
   )
@@ -196,6 +211,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       }
       for a, r in shared.refs_summary(refs).items()
     },
+    "chi_mixing": {a: chi_mixing(pat["responses"][a], cfg.sgld.num_chains) for a in refs},
     "llc_response_parts": {
       a: {
         f"{part}_norm": np.linalg.norm(pat["responses"][a][f"dllc_{part}"])
@@ -231,9 +247,55 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   )
 
 
+def reexamination(cfg: Config, model, data, refs, fraction, ctx) -> frame.Outputs:
+  """The prediction re-examined (:func:`~mechjax.studies.patterning_parens_llc.reexamine`) at
+  ``--total_variations`` and this run's SGLD settings, without retraining."""
+  ids, names = parens.groups(data["train"]["tokens"])
+  pat = ctx.stage(
+    "reexamination", lambda: llc_design.reexamine(cfg, model, data, refs, ids, names, ctx)
+  )
+  chains = cfg.sgld.num_chains
+  chi = {a: {"llc": r["llc"], **chi_mixing(r, chains)} for a, r in pat["responses"].items()}
+  summary = {
+    "design": "reexamination",
+    "neg_prefix_fraction": fraction,
+    "sgld": {k: getattr(cfg.sgld, k) for k in ("num_draws", "step_size", "localization")},
+    "nbeta": cfg.nbeta,
+    "chi": chi,
+    "clipped_to_the_simplex": pat["clipped_to_the_simplex"],
+    "llc_mixing": pat["llc_mixing"],
+    "total_variation": {k: r["total_variation"] for k, r in pat["reweightings"].items()},
+    "predicted_vs_measured": pat["comparison"],
+  }
+  return frame.Outputs(summary)
+
+
+def chi_mixing(response: dict, num_chains: int) -> dict:
+  """The worst split-R̂ and batch-means ESS of the probes' entries in the LLC's χ row, and the share
+  of them that fail :mod:`mechjax.slt.mixing`'s rule."""
+  return mixing.worst(response["chi_rhat"], response["chi_ess"], num_chains)
+
+
+def chi_text(c: dict) -> str:
+  return (
+    f"χ of the LLC: R̂ ≤ {c['rhat_max']:.3f}, batch-means ESS ≥ {c['ess_min']:.0f}, "
+    f"{c['share_failing']:.0%} of the probes fail R̂ ≤ 1.01 or ESS ≥ 100 per chain"
+  )
+
+
 def report(summary: dict) -> list[str]:
   """What the command line prints: the sweep, each reference solution's LLC, predicted against
-  measured Δλ, and which algorithm every condition's seeds learned."""
+  measured Δλ, and which algorithm every condition's seeds learned (or, for a re-examination,
+  χ's mixing and predicted against measured Δλ)."""
+  if summary.get("design") == "reexamination":
+    lines = [f"  {a}: LLC {c['llc']:.1f}; {chi_text(c)}" for a, c in summary["chi"].items()]
+    for name, row in summary["predicted_vs_measured"].items():
+      gap = row["dllc_counts_minus_prefix"]
+      lines.append(
+        f"  {name} (TV {summary['total_variation'][name]:.4f}): Δ(λ_counts − λ_prefix) predicted "
+        f"{gap['predicted']:+.2f}, measured {gap['measured']:+.2f} ± {gap['se']:.2f}"
+      )
+    return lines
   lines = ["  base-rate sweep (unweighted; share of negatives with the prefix cue: selected):"]
   lines += [f"    {row['fraction']:g}: {row['selected']}" for row in summary["base_rate_sweep"]]
   lines += [f"  passed over {passed_over_text(p)}" for p in summary["shares_passed_over"]]
@@ -247,6 +309,8 @@ def report(summary: dict) -> list[str]:
       f"train accuracy {r['train_accuracy']:.3f} after {r['steps']} steps, held-out "
       f"{r['test_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
     )
+    if a in summary.get("chi_mixing", {}):
+      lines.append(f"    {chi_text(summary['chi_mixing'][a])}")
   for name, row in summary["predicted_vs_measured"].items():
     tv = summary["reweightings"][name]["total_variation"]
     gap = row["dllc_counts_minus_prefix"]

@@ -64,14 +64,17 @@ def analysis(cfg, model, data: dict, references: dict, ids: np.ndarray, names: l
   }
 
 
-def llc_responses(cfg, model, data: dict, references: dict, sub_ids, chosen, num_groups) -> dict:
+def llc_responses(
+  cfg, model, data: dict, references: dict, sub_ids, chosen, num_groups, held_out=True
+) -> dict:
   """Per reference solution (``{algorithm: {"params": w*}}``): its LLC, the group response of its
-  LLC (total, implicit, explicit) and of its held-out loss, with standard errors over chains, from
-  the training strings ``chosen`` as probes (of groups ``sub_ids``).
+  LLC (total, implicit, explicit) and (with ``held_out``) of its held-out loss, with standard
+  errors over chains, from the training strings ``chosen`` as probes (of groups ``sub_ids``).
 
   Returns:
     ``{algorithm: {...}}``: ``llc``, ``dllc_total``, ``dllc_implicit`` (± ``dllc_implicit_se``),
-    ``dllc_explicit``, ``dtest`` (± ``dtest_se``) by group, and ``test_loss_mean``.
+    ``dllc_explicit``, ``dtest`` (± ``dtest_se``) by group, ``test_loss_mean``, and the split-R̂
+    and batch-means ESS of each probe's entry of the LLC's χ row, ``chi_rhat`` and ``chi_ess``.
   """
   train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
 
@@ -91,8 +94,8 @@ def llc_responses(cfg, model, data: dict, references: dict, sub_ids, chosen, num
       key=rng.key(cfg.run.seed, "llc-susceptibility", i),
       settings=cfg.sgld,
       eval_size=cfg.eval_size,
-      observable=model.test_loss,
-      observable_data=test,
+      observable=model.test_loss if held_out else None,
+      observable_data=test if held_out else None,
     )
     parts = sus.llc_response(res)
     # The LLC's implicit term is nβ times the response of φ, so its error is nβ² times χ's.
@@ -103,10 +106,13 @@ def llc_responses(cfg, model, data: dict, references: dict, sub_ids, chosen, num
       "dllc_implicit": by_group(parts["implicit"][0]),
       "dllc_explicit": by_group(parts["explicit"][0]),
       "dllc_implicit_se": se_by_group(implicit_se),
-      "dtest": by_group(res.response[0, 1]),
-      "dtest_se": se_by_group(res.nbeta * res.standard_error[0, 1]),
-      "test_loss_mean": res.observable_means[0, 1],
+      "chi_rhat": res.chi_rhat[0, 0],
+      "chi_ess": res.chi_ess[0, 0],
     }
+    if held_out:
+      out[algorithm]["dtest"] = by_group(res.response[0, 1])
+      out[algorithm]["dtest_se"] = se_by_group(res.nbeta * res.standard_error[0, 1])
+      out[algorithm]["test_loss_mean"] = res.observable_means[0, 1]
   return out
 
 
@@ -141,7 +147,8 @@ def random_reweighting(seed: int, base: np.ndarray, total_variation: float, resp
 def _predicted(responses: dict, base, dp, goal) -> dict:
   pred = {f"dllc_{a}": np.asarray(responses[a]["dllc_total"]) @ dp for a in parens.ALGORITHMS}
   pred["dllc_counts_minus_prefix"] = pred["dllc_counts"] - pred["dllc_prefix"]
-  pred.update({f"dtest_{a}": np.asarray(responses[a]["dtest"]) @ dp for a in parens.ALGORITHMS})
+  held_out = [a for a in parens.ALGORITHMS if "dtest" in responses[a]]
+  pred.update({f"dtest_{a}": np.asarray(responses[a]["dtest"]) @ dp for a in held_out})
   return {
     "goal": goal,
     "group_distribution": base + dp,
@@ -150,12 +157,15 @@ def _predicted(responses: dict, base, dp, goal) -> dict:
   }
 
 
-def measure_llcs(cfg, model, data: dict, references: dict, ids, distributions: dict) -> dict:
+def measure_llcs(
+  cfg, model, data: dict, references: dict, ids, distributions: dict, mixing=None
+) -> dict:
   """Each reference's LLC (``{algorithm: {"params": w*}}``) on the training data and on every
   re-weighting of it (``{name: distribution over the groups ids}``), from the same chains (the key
   of the stream ``("llc-check", reference)``), per chain so that the differences are paired:
   ``{algorithm: {"unweighted" or name: LLC per chain}}``. The weighted loss is the mean of
-  ``weight · ℓ`` with weights of mean 1 (``model.weighted_loss``)."""
+  ``weight · ℓ`` with weights of mean 1 (``model.weighted_loss``). A dict ``mixing`` is filled
+  with each estimate's ``{algorithm: {name: {"rhat", "ess_bulk"}}}``."""
   # No MALA diagnostic here: it costs a gradient per step and these estimates only feed differences.
   settings = dataclasses.replace(cfg.sgld, num_draws=cfg.llc_draws, mala=False).resolved(cfg.n)
   weights = {"unweighted": np.ones(cfg.n)}
@@ -174,7 +184,61 @@ def measure_llcs(cfg, model, data: dict, references: dict, ids, distributions: d
         settings=settings,
       )
       out[algorithm][name] = np.asarray(est.llc_per_chain, float)  # float64: differences follow
+      if mixing is not None:
+        mixing.setdefault(algorithm, {})[name] = {
+          k: float(est.diagnostics[k]) for k in ("rhat", "ess_bulk")
+        }
   return out
+
+
+def reexamine(cfg, model, data: dict, references: dict, ids, names: list, ctx) -> dict:
+  """The prediction re-examined at the sampler settings ``cfg.sgld``: the re-weightings (toward
+  each algorithm by ``llc_margin``, and the random control) are those of the study's own settings
+  (:func:`study_sgld`), so every setting is asked about the same ones; each is scaled to every
+  total variation of ``cfg.total_variations``; the predicted ``Δλ`` is ``nβ·χ`` at ``cfg.sgld``
+  times the scaled ``dp``, and the measured one is both LLCs re-estimated under it with
+  ``cfg.sgld`` (:func:`measure_llcs`, paired chains). A scaled re-weighting that leaves the
+  simplex is clipped to it and renormalised, and its prediction is that of the ``dp`` measured."""
+  num_groups = len(names)
+  base = np.bincount(ids, minlength=num_groups) / len(ids)
+  chosen = shared.group_probes(cfg, ids, num_groups)
+  own = dataclasses.replace(cfg, sgld=study_sgld(cfg))
+  respond = lambda c, held_out: llc_responses(  # noqa: E731
+    c, model, data, references, ids[chosen], chosen, num_groups, held_out
+  )
+  direction = ctx.stage("direction_responses", lambda: respond(own, True))
+  here = direction if cfg.sgld == own.sgld else ctx.stage("responses", lambda: respond(cfg, False))
+  reweightings = targets(direction, base, cfg.llc_margin, cfg.ridge)
+  tv = max(r["total_variation"] for r in reweightings.values())
+  reweightings["random"] = random_reweighting(cfg.run.seed, base, tv, direction)
+  scaled, clipped = {}, []
+  for name, r in reweightings.items():
+    for target_tv in cfg.total_variations:
+      dp = (np.asarray(r["group_distribution"]) - base) * target_tv / r["total_variation"]
+      key = f"{name}@{target_tv:g}"
+      if np.min(base + dp) < 0:
+        clipped.append(key)
+        dist = np.clip(base + dp, 0, None)
+        dp = dist / dist.sum() - base
+      scaled[key] = _predicted(here, base, dp, goal=None)
+  mixing = {}
+  distributions = {k: r["group_distribution"] for k, r in scaled.items()}
+  measure_cfg = dataclasses.replace(cfg, llc_draws=cfg.sgld.num_draws)
+  measured = measure_llcs(measure_cfg, model, data, references, ids, distributions, mixing)
+  return {
+    "responses": here,
+    "reweightings": scaled,
+    "clipped_to_the_simplex": clipped,
+    "measured_llc_per_chain": measured,
+    "llc_mixing": mixing,
+    "comparison": compare(scaled, measured),
+  }
+
+
+def study_sgld(cfg):
+  """The study's own SGLD settings (its defaults) with ``cfg``'s chain count and batch size."""
+  own = type(cfg)().sgld
+  return dataclasses.replace(own, num_chains=cfg.sgld.num_chains, batch_size=cfg.sgld.batch_size)
 
 
 def compare(reweightings: dict, measured: dict) -> dict:

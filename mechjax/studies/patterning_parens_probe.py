@@ -34,6 +34,7 @@ from mechjax import plotting
 from mechjax import rng
 from mechjax.data import parens
 from mechjax.slt import llc as llc_lib
+from mechjax.slt import mixing
 from mechjax.slt import patterning
 from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
@@ -106,6 +107,7 @@ def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict,
     "group_response": j_g,
     "group_response_se": se_g,
     "llc_at_w_star": res.llc[0],
+    "chi_mixing": mixing.worst(res.chi_rhat[0, 1:], res.chi_ess[0, 1:], cfg.sgld.num_chains),
     "posterior_mean_phi": mean_phi,
     "probes_per_group": np.bincount(sub_ids, minlength=num_groups),
     "targets": {},
@@ -145,6 +147,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         num_draws=cfg.llc_draws,
       )
       r["llc_mean"], r["llc_sd_over_chains"] = est.llc_mean, np.std(est.llc_per_chain)
+      r["llc_rhat"], r["llc_ess_bulk"] = est.diagnostics["rhat"], est.diagnostics["ess_bulk"]
   unweighted = shared.train_weighted(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
   ids, names = parens.groups(data["train"]["tokens"])
 
@@ -167,7 +170,9 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "nbeta": cfg.nbeta,
     "chi_step": cfg.chi_step,
     "reference_solutions": shared.refs_summary(refs),
-    "patterning": {k: pat[k] for k in ("llc_at_w_star", "posterior_mean_phi", "targets")},
+    "patterning": {
+      k: pat[k] for k in ("llc_at_w_star", "chi_mixing", "posterior_mean_phi", "targets")
+    },
     "conditions": outcomes,
     "wilcoxon_p_vs_unweighted": shared.wilcoxon_vs_unweighted(outcomes),
   }
@@ -191,9 +196,12 @@ def report(summary: dict) -> list[str]:
   lines = []
   for a, r in summary["reference_solutions"].items():
     lines.append(
-      f"  reference {a}: LLC {r['llc_mean']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains), "
-      f"train accuracy {r['train_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
+      f"  reference {a}: LLC {r['llc_mean']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains, "
+      f"R̂ {r['llc_rhat']:.3f}), train accuracy {r['train_accuracy']:.3f}, counts rate "
+      f"{r['counts_rate']:.2f}"
     )
+  c = summary["patterning"]["chi_mixing"]
+  lines.append(f"  χ of the probe observables: R̂ ≤ {c['rhat_max']:.3f}, ESS ≥ {c['ess_min']:.0f}")
   targets = summary["patterning"]["targets"]
   for c, o in summary["conditions"].items():
     tv = "" if c == "unweighted" else f" (TV {targets[c.split('_', 1)[1]]['total_variation']:.3f})"

@@ -111,6 +111,8 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     return {
       "chi": result.chi[:, 0],
       "standard_error": result.standard_error[:, 0],
+      "rhat": result.chi_rhat[:, 0],
+      "ess": result.chi_ess[:, 0],
       "llc": result.llc,
       "nbeta": result.nbeta,
       "probes": probes,
@@ -136,6 +138,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         "chi_se_mean": np.mean(se[c]),
         # Tokens whose χ is more than two standard errors from zero: what the chains resolve.
         "resolved_fraction": np.mean(np.abs(chi[c]) > 2 * se[c]),
+        "mixing": slt.mixing.worst(sus["rhat"][c], sus["ess"][c], cfg.sgld.num_chains),
       }
       for c, name in enumerate(names)
     },
@@ -163,7 +166,8 @@ def report(summary: dict) -> list[str]:
   for name, c in summary["components"].items():
     lines.append(
       f"  {name:<16} LLC {c['llc']:8.2f} | mean χ {c['chi_mean']:+.3g} | |χ| > 2 s.e. for "
-      f"{100 * c['resolved_fraction']:.0f}% of tokens"
+      f"{100 * c['resolved_fraction']:.0f}% of tokens | R̂ ≤ {c['mixing']['rhat_max']:.3f}, "
+      f"{100 * c['mixing']['share_failing']:.0f}% of tokens fail R̂ or ESS"
     )
   return lines
 

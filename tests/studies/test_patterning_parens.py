@@ -285,19 +285,27 @@ def _fake_references_and_estimates(monkeypatch):
       a: {"params": None, "counts_rate": float(a == "counts"), **numbers} for a in parens.ALGORITHMS
     }
 
-  def responses(cfg, model, data, references, sub_ids, chosen, num_groups):
-    keys = ("dllc_total", "dllc_implicit", "dllc_explicit", "dtest")
+  calls = []
+
+  def responses(cfg, model, data, references, sub_ids, chosen, num_groups, held_out=True):
+    calls.append(("responses", cfg.sgld.num_draws, held_out))
+    keys = ("dllc_total", "dllc_implicit", "dllc_explicit") + (("dtest",) if held_out else ())
     out = {a: {k: r.normal(size=num_groups) for k in keys} for a in parens.ALGORITHMS}
     se = {k: r.uniform(0.1, 1, num_groups) for k in ("dllc_implicit_se", "dtest_se")}
-    return {a: {**v, **se, "llc": 10.0, "test_loss_mean": 0.5} for a, v in out.items()}
+    chi = {"chi_rhat": r.uniform(1, 1.02, len(chosen)), "chi_ess": r.uniform(50, 500, len(chosen))}
+    return {a: {**v, **se, **chi, "llc": 10.0, "test_loss_mean": 0.5} for a, v in out.items()}
 
-  def measured(cfg, model, data, references, ids, distributions):
+  def measured(cfg, model, data, references, ids, distributions, mixing=None):
+    calls.append(("measure", cfg.llc_draws, tuple(distributions)))
     names = ("unweighted", *distributions)
+    if mixing is not None:
+      mixing.update({a: {n: {"rhat": 1.0, "ess_bulk": 400.0} for n in names} for a in references})
     return {a: {n: 10 + r.normal(size=cfg.sgld.num_chains) for n in names} for a in references}
 
   monkeypatch.setattr(pb, "reference_solutions", references)
   monkeypatch.setattr(pl, "llc_responses", responses)
   monkeypatch.setattr(pl, "measure_llcs", measured)
+  return calls
 
 
 @pytest.mark.slow
@@ -330,6 +338,35 @@ def test_parens_llc_study_end_to_end_and_resume_reuses_the_analysis(tmp_path, mo
 
 
 @pytest.mark.slow
+def test_parens_reexamination_scales_the_study_s_own_reweightings_and_does_not_retrain(
+  tmp_path, monkeypatch
+):
+  """With --total_variations: no base-rate sweep and no retraining; the re-weightings come from the
+  responses at the study's own SGLD settings (500 draws, with the held-out loss), the predictions
+  from those at this run's (8 draws, without it); each is scaled to every total variation, and the
+  prediction scales with it; the LLCs are re-measured with this run's draws."""
+  calls = _fake_references_and_estimates(monkeypatch)
+  monkeypatch.setattr(pb, "train_weighted", lambda *a, **k: pytest.fail("trained seeds"))
+  tvs = (0.001, 0.004)
+  cfg = pp.Config().replace(**TINY_PARENS, neg_prefix_fraction=0.5, total_variations=tvs)
+  summary = pp.run(cfg, str(tmp_path), progress=False)
+  assert calls[:2] == [("responses", 500, True), ("responses", 8, False)]
+  names = {f"{n}@{tv:g}" for n in pl.REWEIGHTINGS for tv in tvs}
+  assert calls[2][:2] == ("measure", 8) and set(calls[2][2]) == names
+  assert set(summary["predicted_vs_measured"]) == names
+  for n in pl.REWEIGHTINGS:
+    small, large = (summary["predicted_vs_measured"][f"{n}@{tv:g}"] for tv in tvs)
+    if f"{n}@0.004" in summary["clipped_to_the_simplex"]:
+      continue
+    assert summary["total_variation"][f"{n}@0.004"] == pytest.approx(0.004)
+    gap = "dllc_counts_minus_prefix"
+    assert large[gap]["predicted"] == pytest.approx(4 * small[gap]["predicted"])
+  assert set(summary["chi"]) == set(parens.ALGORITHMS)
+  assert 0 <= summary["chi"]["counts"]["share_failing"] <= 1
+  assert any("predicted" in line for line in pp.report(summary))
+
+
+@pytest.mark.slow
 def test_parens_probe_study_end_to_end_and_resume_reuses_the_patterning(tmp_path, monkeypatch):
   """The probe study on the tiny config, its forced references and their LLC estimates stood in for
   (the tests above train references; tests/slt estimates LLCs): the susceptibilities at
@@ -351,7 +388,9 @@ def test_parens_probe_study_end_to_end_and_resume_reuses_the_patterning(tmp_path
     }
 
   monkeypatch.setattr(pb, "reference_solutions", references)
-  llc = types.SimpleNamespace(llc_mean=5.0, llc_per_chain=np.array([4.0, 6.0]))
+  llc = types.SimpleNamespace(
+    llc_mean=5.0, llc_per_chain=np.array([4.0, 6.0]), diagnostics={"rhat": 1.0, "ess_bulk": 400.0}
+  )
   monkeypatch.setattr(ppp.llc_lib, "estimate_llc", lambda *a, **k: llc)
   tiny = {k: v for k, v in TINY_PARENS.items() if k != "base_rate_fractions"}
   cfg = ppp.Config().replace(**tiny, chi_step=10)
@@ -366,7 +405,7 @@ def test_parens_probe_study_end_to_end_and_resume_reuses_the_patterning(tmp_path
     assert np.all(p >= -1e-12) and p.sum() == pytest.approx(1.0) and t["total_variation"] > 0, a
   assert np.isfinite(summary["patterning"]["llc_at_w_star"])
   assert sorted(check_report(tmp_path)) == ["figures/patterning_parens.png"]
-  assert len(ppp.report(summary)) == 2 + 3  # two references, three conditions
+  assert len(ppp.report(summary)) == 2 + 1 + 3  # two references, χ's mixing, three conditions
   monkeypatch.setattr(ppp, "compute_patterning", lambda *a, **k: pytest.fail("recomputed"))
   (tmp_path / "summary.json").unlink()  # interrupted after the patterning stage
   again = ppp.run(cfg, str(tmp_path), progress=False)
