@@ -6,7 +6,8 @@ A sweep file (``launch/sweeps/<name>.py``) defines
 * ``EXPERIMENT``: the module of an experiment, e.g. ``"experiments.fourier_phase"``;
 * ``get_sweep()``: a list of flag dicts for it, e.g. ``product(seed=[0, 1], alpha=[0.0, 2.0])``;
 * optionally ``FIGURE = {"x": <flag>, "y": <summary key>}``: plot that summary value against that
-  flag;
+  flag; or a function ``FIGURE(root, rows) -> path`` that draws ``ROOT/results.png`` itself from
+  the rows of ``results.json`` (and the members' workdirs under ``root``);
 * optionally ``OUTPUT_FLAG`` (default ``"workdir"``) and ``DONE_FILE`` (default ``"summary.json"``)
   for modules with another contract, such as ``theory.phase_sample_complexity`` (``--out``,
   ``result.json``). With ``OUTPUT_FLAG = None`` (a theory check that only prints), the launcher
@@ -170,8 +171,12 @@ def load_sweep(path: str) -> tuple[str, list[Member], dict | None]:
       f"{path}: the same member appears twice ({first.flags}); each member must differ"
     )
   figure = getattr(module, "FIGURE", None)
-  if figure is not None and (not isinstance(figure, dict) or set(figure) != {"x", "y"}):
-    raise SweepError(f"{path}: FIGURE must be {{'x': <flag>, 'y': <summary key>}}; got {figure!r}")
+  plain = isinstance(figure, dict) and set(figure) == {"x", "y"}
+  if figure is not None and not (plain or callable(figure)):
+    raise SweepError(
+      f"{path}: FIGURE must be {{'x': <flag>, 'y': <summary key>}} or a function "
+      f"FIGURE(root, rows) -> path; got {figure!r}"
+    )
   return experiment, members, figure
 
 
@@ -372,7 +377,9 @@ def aggregate(
     w.writeheader()
     for r in rows:
       w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
-  if figure is not None:
+  if callable(figure):
+    figure(root, rows)
+  elif figure is not None:
     plot_results(root, rows, figure)
   report.write_sweep_report(root, rows)
   return rows

@@ -114,6 +114,26 @@ def test_malformed_sweep_files_are_refused(tmp_path, body, message):
     lib.load_sweep(str(path))
 
 
+def test_a_figure_function_draws_the_sweep_s_figure_from_its_rows(tmp_path):
+  path = tmp_path / "s.py"
+  path.write_text(
+    "EXPERIMENT = 'experiments.fourier_phase'\n"
+    "def get_sweep():\n  return [{'alpha': 0.0}, {'alpha': 2.0}]\n"
+    "def FIGURE(root, rows):\n"
+    "  with open(root + '/results.png', 'w') as f:\n"
+    "    f.write(','.join(r['state'] for r in rows))\n"
+  )
+  _, members, figure = lib.load_sweep(str(path))
+  assert callable(figure)
+  lib.aggregate(str(tmp_path), members, {members[0].id: "done"}, figure)
+  assert (tmp_path / "results.png").read_text() == "done,pending"
+  path.write_text(
+    path.read_text().replace("def FIGURE(root, rows)", "FIGURE = 3\ndef f(root, rows)")
+  )
+  with pytest.raises(lib.SweepError, match="or a function"):
+    lib.load_sweep(str(path))
+
+
 def test_shipped_sweep_files_load():
   folder = os.path.join(ROOT, "launch", "sweeps")
   names = sorted(f for f in os.listdir(folder) if f.endswith(".py") and f != "__init__.py")
