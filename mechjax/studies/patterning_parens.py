@@ -208,6 +208,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         "llc": np.mean(per_chain[a]["unweighted"]),
         "llc_sd_over_chains": np.std(per_chain[a]["unweighted"]),
         "llc_from_susceptibility_run": pat["responses"][a]["llc"],
+        "llc_rhat": pat["llc_mixing"][a]["unweighted"]["rhat"],
       }
       for a, r in shared.refs_summary(refs).items()
     },
@@ -305,7 +306,8 @@ def report(summary: dict) -> list[str]:
   )
   for a, r in summary["reference_solutions"].items():
     lines.append(
-      f"  reference {a}: LLC {r['llc']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains), "
+      f"  reference {a}: LLC {r['llc']:.2f} ± {r['llc_sd_over_chains']:.2f} (sd over chains, "
+      f"R̂ {r['llc_rhat']:.3f}), "
       f"train accuracy {r['train_accuracy']:.3f} after {r['steps']} steps, held-out "
       f"{r['test_accuracy']:.3f}, counts rate {r['counts_rate']:.2f}"
     )

@@ -52,7 +52,8 @@ def analysis(cfg, model, data: dict, references: dict, ids: np.ndarray, names: l
   tv = max(r["total_variation"] for r in reweightings.values())
   reweightings["random"] = random_reweighting(cfg.run.seed, base, tv, responses)
   distributions = {k: r["group_distribution"] for k, r in reweightings.items()}
-  measured = measure_llcs(cfg, model, data, references, ids, distributions)
+  mixing = {}
+  measured = measure_llcs(cfg, model, data, references, ids, distributions, mixing)
   return {
     "group_names": names,
     "base": base,
@@ -60,6 +61,7 @@ def analysis(cfg, model, data: dict, references: dict, ids: np.ndarray, names: l
     "responses": responses,
     "reweightings": reweightings,
     "measured_llc_per_chain": measured,
+    "llc_mixing": mixing,
     "comparison": compare(reweightings, measured),
   }
 

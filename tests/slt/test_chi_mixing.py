@@ -2,7 +2,6 @@
 power sums, equal to the same statistics computed on the stored draws; a planted drift is flagged;
 well-mixed independent draws are not."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,9 +43,9 @@ def _by_hand(phi, dloss, segments):
   whole = products(phi, dloss)  # (chains, S, K, M)
   lam2 = whole.var(1).mean(0) + whole.mean(1).var(0, ddof=1)
   b = s // segments
-  seg = products(
-    phi.reshape(chains, segments, b, -1), dloss.reshape(chains, segments, b, -1)
-  ).mean(2)  # (chains, G, K, M)
+  seg = products(phi.reshape(chains, segments, b, -1), dloss.reshape(chains, segments, b, -1)).mean(
+    2
+  )  # (chains, G, K, M)
   sigma2 = b * ((seg - seg.mean((0, 1))) ** 2).sum((0, 1)) / (chains * segments - 1)
   return rhat, chains * s * lam2 / sigma2
 
