@@ -1,7 +1,7 @@
 """The parenthesis patterning prediction re-examined (docs/results.md, "Patterning: is the predicted
 Δλ right?"): the re-weightings of the study's own SGLD settings, predicted and re-measured at more
-draws, another step size and another localization, each scaled to total variations 0.2 %, 0.8 % and
-3 % (the last two settings at 0.8 % only), without retraining. Members run cheapest first.
+draws, another step size, another localization and a larger SGLD batch, each scaled to total
+variations 0.2 %, 0.8 % and 3 % (the last four settings at 0.8 % only), without retraining.
 
     python -m launch.sweep --sweep=launch/sweeps/patterning_parens_response.py \\
         --root=sweeps/patterning_parens_response
@@ -19,6 +19,8 @@ def get_sweep():
     {**SHARE, "draws": 2000, "sgld_step_size": 2e-4, "total_variations": STUDY_TV},
     {**SHARE, "draws": 2000, "localization": 200.0, "total_variations": STUDY_TV},
     {**SHARE, "draws": 8000, "total_variations": STUDY_TV},
+    # Minibatch gradient noise: eight times the batch, at the study's own 500 draws.
+    {**SHARE, "draws": 500, "sgld_batch_size": 512, "total_variations": STUDY_TV},
   ]
 
 

@@ -238,9 +238,9 @@ def reexamine(cfg, model, data: dict, references: dict, ids, names: list, ctx) -
 
 
 def study_sgld(cfg):
-  """The study's own SGLD settings (its defaults) with ``cfg``'s chain count and batch size."""
+  """The study's own SGLD settings (its defaults; the batch at most ``cfg.n``)."""
   own = type(cfg)().sgld
-  return dataclasses.replace(own, num_chains=cfg.sgld.num_chains, batch_size=cfg.sgld.batch_size)
+  return dataclasses.replace(own, batch_size=min(own.batch_size, cfg.n))
 
 
 def compare(reweightings: dict, measured: dict) -> dict:

@@ -288,7 +288,7 @@ def _fake_references_and_estimates(monkeypatch):
   calls = []
 
   def responses(cfg, model, data, references, sub_ids, chosen, num_groups, held_out=True):
-    calls.append(("responses", cfg.sgld.num_draws, held_out))
+    calls.append(("responses", cfg.sgld.num_draws, cfg.sgld.batch_size, held_out))
     keys = ("dllc_total", "dllc_implicit", "dllc_explicit") + (("dtest",) if held_out else ())
     out = {a: {k: r.normal(size=num_groups) for k in keys} for a in parens.ALGORITHMS}
     se = {k: r.uniform(0.1, 1, num_groups) for k in ("dllc_implicit_se", "dtest_se")}
@@ -342,15 +342,17 @@ def test_parens_reexamination_scales_the_study_s_own_reweightings_and_does_not_r
   tmp_path, monkeypatch
 ):
   """With --total_variations: no base-rate sweep and no retraining; the re-weightings come from the
-  responses at the study's own SGLD settings (500 draws, with the held-out loss), the predictions
-  from those at this run's (8 draws, without it); each is scaled to every total variation, and the
-  prediction scales with it; the LLCs are re-measured with this run's draws."""
+  responses at the study's own SGLD settings (500 draws, batches of 64, with the held-out loss),
+  the predictions from those at this run's (8 draws, batches of 32, without it); each is scaled to
+  every total variation, and the prediction scales with it; the LLCs are re-measured with this
+  run's draws."""
   calls = _fake_references_and_estimates(monkeypatch)
   monkeypatch.setattr(pb, "train_weighted", lambda *a, **k: pytest.fail("trained seeds"))
   tvs = (0.001, 0.004)
-  cfg = pp.Config().replace(**TINY_PARENS, neg_prefix_fraction=0.5, total_variations=tvs)
+  tiny = {**TINY_PARENS, "sgld_batch_size": 32}
+  cfg = pp.Config().replace(**tiny, neg_prefix_fraction=0.5, total_variations=tvs)
   summary = pp.run(cfg, str(tmp_path), progress=False)
-  assert calls[:2] == [("responses", 500, True), ("responses", 8, False)]
+  assert calls[:2] == [("responses", 500, 64, True), ("responses", 8, 32, False)]
   names = {f"{n}@{tv:g}" for n in pl.REWEIGHTINGS for tv in tvs}
   assert calls[2][:2] == ("measure", 8) and set(calls[2][2]) == names
   assert set(summary["predicted_vs_measured"]) == names
