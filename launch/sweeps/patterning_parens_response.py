@@ -39,15 +39,21 @@ def FIGURE(root, rows):  # noqa: N802 (the sweep file's hook is named in capital
   runs = []
   for r in rows:
     if r["state"] == "done":
-      with open(os.path.join(root, r["id"], "summary.json")) as f:
-        runs.append(json.load(f))
+      with (
+        open(os.path.join(root, r["id"], "summary.json")) as f,
+        open(os.path.join(root, r["id"], "config.json")) as c,
+      ):
+        runs.append({**json.load(f), "flags": json.load(c)})
   if not runs:
     return None
   fig, (left, right) = plotting.plt.subplots(1, 2, figsize=(12, 4.6))
   markers = {"toward_counts": "o", "toward_prefix": "^", "random": "s"}
   for i, s in enumerate(runs):
-    g = s["sgld"]
-    label = f"{g['num_draws']} draws, ε = {g['step_size']:g}, γ = {g['localization']:g}"
+    g = s["flags"]
+    label = (
+      f"{g['draws']} draws, ε = {g['sgld_step_size']:g}, γ = {g['localization']:g}, batch "
+      f"{g['sgld_batch_size']}"
+    )
     color = f"C{i}"
     by_direction = {}
     for name, row in s["predicted_vs_measured"].items():
@@ -66,7 +72,7 @@ def FIGURE(root, rows):  # noqa: N802 (the sweep file's hook is named in capital
       tvs = np.array([p[0] for p in pts])
       right.errorbar(
         tvs, [p[1]["measured"] for p in pts], [2 * p[1]["se"] for p in pts],
-        fmt=markers[direction] + "-", color=color, label=f"{direction}, {g['num_draws']} draws",
+        fmt=markers[direction] + "-", color=color, label=f"{direction}, {g['draws']} draws",
       )  # fmt: skip
       right.plot(tvs, [p[1]["predicted"] for p in pts], "--", color=color, lw=0.8)
   lims = np.array(left.get_xlim() + left.get_ylim())

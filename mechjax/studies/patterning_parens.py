@@ -260,7 +260,9 @@ def reexamination(cfg: Config, model, data, refs, fraction, ctx) -> frame.Output
   summary = {
     "design": "reexamination",
     "neg_prefix_fraction": fraction,
-    "sgld": {k: getattr(cfg.sgld, k) for k in ("num_draws", "step_size", "localization")},
+    "sgld": {
+      k: getattr(cfg.sgld, k) for k in ("num_draws", "step_size", "localization", "batch_size")
+    },
     "nbeta": cfg.nbeta,
     "chi": chi,
     "clipped_to_the_simplex": pat["clipped_to_the_simplex"],
