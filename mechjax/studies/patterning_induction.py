@@ -278,13 +278,9 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   for c in others:
     histories[c] = _train(cfg, net, dists[c] / base, c, ctx).history
   threshold = cfg.formation_fraction * np.log(cfg.vocab)
-  formation = {}
-  for c in cfg.conditions:
-    steps = np.array([h["step"] for h in histories[c]], float)
-    loss = np.array([h["repeat_loss"] for h in histories[c]], float)
-    formation[c] = [
-      metrics.crossing_step(steps, loss[:, s], threshold) for s in range(cfg.run.num_seeds)
-    ]
+  formation = {
+    c: metrics.crossing_steps(histories[c], "repeat_loss", threshold) for c in cfg.conditions
+  }
   summary = {
     "nbeta": cfg.nbeta,
     "chi_step": cfg.chi_step,
@@ -332,16 +328,14 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
 def report(summary: dict) -> list[str]:
   """The induction direction and each condition's formation steps and shift against the unweighted
   run."""
-  s = summary
+  s, m = summary, summary["chi_mixing"]
   k = s["induction_component"]
   lines = [
     f"  induction direction: PC{k + 1} ({100 * s['explained_variance'][k]:.0f}% of variance), "
-    "correlation "
-    f"{s['component_correlations'][k]:+.2f} with the induction positions; weight on them "
-    + ", ".join(f"{c} {w:.3f}" for c, w in s["induction_weight"].items())
+    f"correlation {s['component_correlations'][k]:+.2f} with the induction positions; weight on "
+    "them " + ", ".join(f"{c} {w:.3f}" for c, w in s["induction_weight"].items()),
+    f"  per-token χ: R̂ ≤ {m['rhat_max']:.3f}, {m['share_failing']:.0%} of entries fail",
   ]
-  m = s["chi_mixing"]
-  lines.append(f"  per-token χ: R̂ ≤ {m['rhat_max']:.3f}, {m['share_failing']:.0%} of entries fail")
   for c, f in s["formation_step"].items():
     line = f"  {c}: formation steps {[None if x is None else round(x) for x in f]}"
     d = s["formation_shift_vs_unweighted"].get(c)

@@ -92,6 +92,14 @@ def crossing_step(steps, values, threshold: float) -> float | None:
   return float(s0 + (s1 - s0) * (l0 - threshold) / (l0 - l1))
 
 
+def crossing_steps(history: list[dict], key: str, threshold: float) -> list[float | None]:
+  """:func:`crossing_step` of every seed of a run's ``history`` (metrics rows with ``"step"`` and
+  ``key`` holding one value per seed)."""
+  steps = np.array([h["step"] for h in history], float)
+  values = np.array([h[key] for h in history], float)
+  return [crossing_step(steps, values[:, s], threshold) for s in range(values.shape[1])]
+
+
 def paired_shift(values: list, baseline: list) -> dict:
   """``values`` minus ``baseline``, seed by seed, over the seeds where both are not None:
   ``per_seed``, their ``mean`` and ``sd`` (None with too few seeds), ``seeds_compared``, and how
