@@ -1080,10 +1080,11 @@ def steered_log_prob(
     batch: windows per forward pass (bounds the memory of the logits).
   """
 
+  from mechjax.align import transfer  # local: align imports the models
+
   @jax.jit
   def mean_log_p(params, site_index, v, tokens):
-    steer = {s: jnp.where(i == site_index, 1.0, 0.0) * v for i, s in enumerate(sites)}
-    logits = model.apply({"params": params}, tokens, steer=steer)
+    logits = model.apply({"params": params}, tokens, steer=transfer.steer_at(sites, site_index, v))
     return jnp.mean(jax.nn.log_softmax(logits.astype(jnp.float32))[..., token])
 
   chunks = [windows[i : i + batch] for i in range(0, len(windows), batch)]

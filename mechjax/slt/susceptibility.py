@@ -351,12 +351,11 @@ def _checked_mixing(sums: PowerSums, num_chains: int, names: tuple) -> dict[str,
   that fail Vehtari et al.'s rule) when any entry fails it."""
   out = chi_mixing(sums)
   rhat, ess = out["rhat"], out["ess"]
-  need = mixing.ESS_PER_CHAIN_MIN * num_chains
-  failing = (rhat > mixing.RHAT_MAX) | (ess < need)
-  if failing.any():
+  share = mixing.worst(rhat, ess, num_chains)["share_failing"]
+  if share > 0:
     line = mixing.warning(
-      f"estimate_susceptibilities (χ of {', '.join(names)}; {failing.mean():.0%} of its "
-      f"{failing.size} entries fail)",
+      f"estimate_susceptibilities (χ of {', '.join(names)}; {share:.0%} of its {rhat.size} "
+      "entries fail)",
       {"rhat": rhat, "ess_bulk": ess},
       num_chains,
       ess="batch-means ESS",

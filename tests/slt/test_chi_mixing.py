@@ -5,6 +5,7 @@ well-mixed independent draws are not."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from mechjax.slt import mixing
 from mechjax.slt import susceptibility as sus
@@ -89,3 +90,13 @@ def test_too_few_draws_give_nan():
   phi = np.ones((2, 6, 1)) + np.arange(6.0)[None, :, None]
   got = sus.chi_mixing(_streamed(phi, phi, 2).sums)
   assert np.isnan(got["rhat"]).all() and np.isnan(got["ess"]).all()
+
+
+def test_one_warning_line_gives_the_share_of_failing_entries():
+  rng = np.random.default_rng(2)
+  phi, dloss = rng.normal(size=(4, 2000, 1)), rng.normal(size=(4, 2000, 2))
+  dloss[:2, :1000, :1] += 2.0 * phi[:2, :1000]  # only the first entry drifts
+  sums = _streamed(phi, dloss, 20).sums
+  with pytest.warns(mixing.ChainsNotMixedWarning, match=r"50% of its 2 entries fail"):
+    out = sus._checked_mixing(sums, 4, ("all",))
+  assert out["chi_rhat"].shape == (1, 2)
