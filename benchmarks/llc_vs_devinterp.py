@@ -42,6 +42,9 @@ from absl import flags
 
 from benchmarks import peers
 from benchmarks import timing
+from mechjax.slt import chain as chain_lib
+from mechjax.slt import placement
+from mechjax.slt.settings import SGLDSettings
 from mechjax.train import flags as shared
 
 VOCAB, EMBED, HIDDEN, SEQ, NUM_SEQUENCES = 64, 64, 256, 17, 2048
@@ -164,12 +167,10 @@ def mechjax_flops(inputs: dict, chains: int, draws: int, mala: bool, per_sample:
   import jax
   import jax.numpy as jnp
 
-  from mechjax.slt import sgld
-
   params = {k: jnp.asarray(inputs[k]) for k in ("embed", "w1", "b1", "w2", "b2")}
   data = {"input_ids": jnp.asarray(inputs["input_ids"])}
-  keys = sgld.chain_keys(jax.random.PRNGKey(0), chains)
-  star = sgld.per_sample_star_losses(jax_loss, params, data) if per_sample else None
+  keys = chain_lib.chain_keys(jax.random.PRNGKey(0), chains)
+  star = placement.per_sample_star_losses(jax_loss, params, data) if per_sample else None
 
   def flops(program, *args):
     cost = program.lower(*args).compile().cost_analysis()
@@ -178,18 +179,18 @@ def mechjax_flops(inputs: dict, chains: int, draws: int, mala: bool, per_sample:
   def step_flops(with_mala: bool) -> float:
     # The chains vmapped, whatever the run used: a lax.map over them is another while loop, whose
     # body XLA would count once. The arithmetic of the chains is the same either way.
-    settings = sgld.SGLDSettings(
+    settings = SGLDSettings(
       mala=with_mala, mala_every=1, num_chains=chains, num_draws=2, chain_loop="vmap", **SETTINGS
     )
-    program = sgld._program(jax_loss, settings, False, None, None, None, per_sample)
+    program = placement.chains_program(jax_loss, settings, False, None, None, None, per_sample)
     return flops(program, params, data, keys, None, None, star)
 
-  every = sgld.SGLDSettings(**SETTINGS).mala_every
+  every = SGLDSettings(**SETTINGS).mala_every
   plain = step_flops(False)
   per_step = plain + (step_flops(True) - plain) / every if mala else plain
   total = per_step * draws
   if per_sample:
-    total += flops(sgld._per_sample_program(jax_loss, 256), params, data)
+    total += flops(placement.per_sample_program(jax_loss, 256), params, data)
   return total
 
 

@@ -44,6 +44,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import timing
+from mechjax.slt.settings import SGLDSettings
 from mechjax.train import flags as shared
 
 WORKLOADS = ("matmul", "sgld", "chi", "llc", "study")
@@ -121,7 +122,7 @@ def program(workload: str, options: dict):
   sharding.CPU_COMPILER_OPTIONS.update(options)
   net, params, tokens = attention_workload.inputs()
   loss = attention_workload.mean_loss(net)
-  s = sgld.SGLDSettings(**attention_workload.SGLD, num_chains=4, num_draws=100, mala=False)
+  s = SGLDSettings(**attention_workload.SGLD, num_chains=4, num_draws=100, mala=False)
   if workload == "sgld":
     return lambda: jax.block_until_ready(
       sgld.sample_chains(loss, params, tokens, jax.random.key(2), s, mesh=chains)

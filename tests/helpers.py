@@ -82,7 +82,7 @@ def check_report(workdir, captioned: bool = True) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class MeanDraw:
-  """A sampler accumulator (:func:`mechjax.slt.sgld.sample_chain`'s ``accumulator``) whose state is
+  """A sampler accumulator (:class:`mechjax.slt.chain.Accumulator`) whose state is
   the running mean of the draws ``w``: it sees every draw, with the draws' own placement."""
 
   def init(self, w, data):

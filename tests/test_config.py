@@ -9,7 +9,7 @@ from absl import flags as absl_flags
 
 from mechjax import config
 from mechjax.config import ConfigError
-from mechjax.slt import sgld as sgld_lib
+from mechjax.slt.settings import SGLDSettings
 from mechjax.train import flags
 
 STUDIES = (
@@ -33,8 +33,8 @@ class Toy(config.Settings):
     (0.1, 0.2), "Learning rates.", flag="rate", check=config.each(config.positive)
   )
   kind: str = config.setting("a", "Which kind.", choices=("a", "b"))
-  sgld: sgld_lib.SGLDSettings = config.group(
-    sgld_lib.SGLDSettings(step_size=1e-4, localization=10.0, batch_size=4),
+  sgld: SGLDSettings = config.group(
+    SGLDSettings(step_size=1e-4, localization=10.0, batch_size=4),
     flags={"num_chains": "chains", "nbeta": "nbeta"},
   )
 
@@ -73,7 +73,7 @@ def test_values_are_converted_to_their_types_and_checked():
   ):
     Toy().check_at_most(("run.steps", "sgld.batch_size"), "width")  # 50 > 8
   with pytest.raises(ConfigError, match="step_size=-1.0: must be a finite number > 0"):
-    sgld_lib.SGLDSettings(step_size=-1, localization=1.0, batch_size=1)
+    SGLDSettings(step_size=-1, localization=1.0, batch_size=1)
 
 
 def test_replace_and_the_flat_form_name_settings_by_flag():

@@ -15,6 +15,9 @@ from mechjax.slt import closed_forms
 from mechjax.slt import gaussian
 from mechjax.slt import mixing
 from mechjax.slt import toy_models
+from mechjax.slt.chain import sample_chain
+from mechjax.slt.inputs import Streamed
+from mechjax.slt.langevin import MeanLoss
 from mechjax.slt.llc import ChainDivergedError
 from mechjax.slt.llc import ChainsNotMixedWarning
 from mechjax.slt.llc import LLCResult
@@ -29,14 +32,11 @@ from mechjax.slt.patterning import patterning_weights
 from mechjax.slt.patterning import project_simplex
 from mechjax.slt.patterning import sample_weights
 from mechjax.slt.patterning import weighted_problem
-from mechjax.slt.sgld import MeanLoss
-from mechjax.slt.sgld import SGLDSettings
-from mechjax.slt.sgld import default_nbeta
-from mechjax.slt.sgld import per_sample_star_losses
-from mechjax.slt.sgld import sample_chain
+from mechjax.slt.placement import per_sample_star_losses
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import default_nbeta
 from mechjax.slt.sgld import sample_chains
 from mechjax.slt.sgld import sample_points
-from mechjax.slt.stream import Streamed
 from mechjax.slt.susceptibility import SusceptibilityResult
 from mechjax.slt.susceptibility import batch_means_error
 from mechjax.slt.susceptibility import bif

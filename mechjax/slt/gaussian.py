@@ -27,6 +27,7 @@ import numpy as np
 
 from mechjax.slt import sgld
 from mechjax.slt.moments import StreamedMoments
+from mechjax.slt.settings import SGLDSettings
 
 OBSERVABLES = ("w_0", "prediction x_test·w", "training loss L(w)")
 
@@ -160,7 +161,7 @@ def sgld_moments(
   replacement."""
   data = {"x": jnp.asarray(p.x, jnp.float32), "y": jnp.asarray(p.y, jnp.float32)}
   arrays = _Arrays(*(jnp.asarray(a, jnp.float32) for a in (p.x, p.y, p.x_test, p.shifts)))
-  settings = sgld.SGLDSettings(
+  settings = SGLDSettings(
     step_size=step_size,
     nbeta=p.nbeta,
     localization=p.localization,

@@ -33,9 +33,14 @@ from jax.sharding import Mesh
 
 from mechjax import rng
 from mechjax import sharding
+from mechjax.slt import inputs
 from mechjax.slt import mixing
+from mechjax.slt import placement
 from mechjax.slt import sgld
 from mechjax.slt import stream
+from mechjax.slt.inputs import Streamed
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import settings_from
 from mechjax.train import loop
 
 FULL_INIT_LOSS_MAX = 65_536
@@ -89,9 +94,9 @@ class LLCResult:
 def init_loss(loss_fn: Callable, params, data, key: jax.Array, batch_size: int) -> float:
   """``L_n(w*)``: over all of ``data`` when it is small, else over ``INIT_LOSS_BATCHES`` seeded
   batches (of a sampler ``sample_batch(key) -> batch``, always the latter)."""
-  if sgld.is_sampler(data):
+  if inputs.is_sampler(data):
     return float(_sampled_loss(loss_fn, data)(params, rng.fold(key, "init-loss")))
-  if stream.is_streamed(data):
+  if isinstance(data, Streamed):
     return _streamed_loss(loss_fn, params, data, key, batch_size)
   n = jax.tree.leaves(data)[0].shape[0]
   if n <= FULL_INIT_LOSS_MAX:
@@ -99,7 +104,7 @@ def init_loss(loss_fn: Callable, params, data, key: jax.Array, batch_size: int) 
   return float(_batched_loss(loss_fn, batch_size)(params, data, rng.fold(key, "init-loss")))
 
 
-def _streamed_loss(loss_fn, params, data: stream.Streamed, key, batch_size: int) -> float:
+def _streamed_loss(loss_fn, params, data: Streamed, key, batch_size: int) -> float:
   """:func:`init_loss` of streamed data: every row when there are at most ``FULL_INIT_LOSS_MAX``,
   else the same seeded batches as in memory, gathered on the host."""
   if data.num_samples <= FULL_INIT_LOSS_MAX:
@@ -110,7 +115,7 @@ def _streamed_loss(loss_fn, params, data: stream.Streamed, key, batch_size: int)
   return float(jnp.mean(jnp.stack(losses)))
 
 
-def _streamed_star_check(loss_fn, params, data: stream.Streamed, key, s: sgld.SGLDSettings):
+def _streamed_star_check(loss_fn, params, data: Streamed, key, s: SGLDSettings):
   """:func:`_star_check` for streamed data: the per-sample losses streamed through once, and the two
   check batches (the same indices as in memory) gathered on the host."""
   star = stream.star_losses(loss_fn, params, data)
@@ -123,7 +128,7 @@ def _streamed_star_check(loss_fn, params, data: stream.Streamed, key, s: sgld.SG
   return star, np.asarray(batch_losses), np.asarray([jnp.mean(star[rows]) for rows in idx])
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def _star_check(loss_fn, batch_size: int):
   """One program for :func:`star_loss_path`: every sample's loss at ``w*``
   (:func:`mechjax.slt.sgld.per_sample_star_losses`), and on two batches drawn from ``key`` the
@@ -131,7 +136,7 @@ def _star_check(loss_fn, batch_size: int):
 
   @jax.jit
   def run(params, data, key):
-    star = sgld._per_sample_program(loss_fn, 256)(params, data)
+    star = placement.per_sample_program(loss_fn, 256)(params, data)
     n = jax.tree.leaves(data)[0].shape[0]
 
     def check(k):
@@ -144,12 +149,12 @@ def _star_check(loss_fn, batch_size: int):
   return run
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def _jitted(loss_fn):
   return jax.jit(loss_fn)
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def _sampled_loss(loss_fn, sample_batch):
   @jax.jit
   def mean_over_batches(params, key):
@@ -159,7 +164,7 @@ def _sampled_loss(loss_fn, sample_batch):
   return mean_over_batches
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def _batched_loss(loss_fn, batch_size: int):
   @jax.jit
   def mean_over_batches(params, data, key):
@@ -175,7 +180,7 @@ def _batched_loss(loss_fn, batch_size: int):
 
 
 def star_loss_path(
-  loss_fn: Callable, params, data, key: jax.Array, settings: sgld.SGLDSettings
+  loss_fn: Callable, params, data, key: jax.Array, settings: SGLDSettings
 ) -> tuple[str, str, jax.Array | None]:
   """``(path, reason, star_losses)``: how the chains get each step's ``L_B(w*)``.
 
@@ -207,15 +212,15 @@ def star_loss_path(
       raise ValueError(f"star_loss='per_sample' cannot be used: {reason}")
     return "per_step", reason, None
 
-  if sgld.is_sampler(data):
+  if inputs.is_sampler(data):
     return refuse("the data are a sampler, whose batches are not indexed samples")
-  n = data.num_samples if stream.is_streamed(data) else jax.tree.leaves(data)[0].shape[0]
+  n = data.num_samples if isinstance(data, Streamed) else jax.tree.leaves(data)[0].shape[0]
   draws = settings.num_chains * settings.num_steps * settings.batch_size
   if asked == "auto" and n > draws:
     return refuse(f"the data's {n} samples exceed the {draws} the chains draw")
   check_key = rng.fold(key, "star-loss-check")
   try:
-    if stream.is_streamed(data):
+    if isinstance(data, Streamed):
       star, batch_losses, mean_losses = _streamed_star_check(
         loss_fn, params, data, check_key, s=settings
       )
@@ -243,7 +248,7 @@ def estimate_llc(
   data,
   *,
   key: jax.Array,
-  settings: sgld.SGLDSettings | None = None,
+  settings: SGLDSettings | None = None,
   param_mask=None,
   mesh: Mesh | None = None,
   **overrides: Any,
@@ -292,11 +297,11 @@ def estimate_llc(
     ChainDivergedError: a chain's loss became non-finite; names the chain and the draw.
     mechjax.config.ConfigError: a non-positive step size, nβ, batch size or count (a ValueError).
   """
-  s = sgld.settings_from(settings, **overrides)
+  s = settings_from(settings, **overrides)
   if param_mask is not None and jax.tree.structure(param_mask) != jax.tree.structure(params):
     raise ValueError("param_mask must be a pytree with the same structure as params (0/1 arrays)")
-  sgld.check_params(params)
-  s, _ = sgld.resolve_data(s, data, loss_fn, params)
+  inputs.check_params(params)
+  s, _ = inputs.resolve_data(s, data, loss_fn, params)
   if mesh is not None:
     mesh = sharding.sampler_mesh(mesh, s.num_chains)
     params = sharding.place(params, mesh)
@@ -332,7 +337,7 @@ def estimate_llc_batch(
   data,
   *,
   key: jax.Array,
-  settings: sgld.SGLDSettings | None = None,
+  settings: SGLDSettings | None = None,
   param_mask=None,
   mesh: Mesh | None = None,
   **overrides: Any,
@@ -355,8 +360,8 @@ def estimate_llc_batch(
   Returns:
     an :class:`LLCResult` whose fields have a leading axis of ``B`` points.
   """
-  s = sgld.settings_from(settings, **overrides)
-  s, sampler = sgld.resolve_data(s, data)
+  s = settings_from(settings, **overrides)
+  s, sampler = inputs.resolve_data(s, data)
   leaves = jax.tree.leaves(params_stack)
   num_points = leaves[0].shape[0] if leaves and jnp.ndim(leaves[0]) else 0
   keys = _point_keys(key, num_points)
@@ -368,8 +373,8 @@ def estimate_llc_batch(
       )
   first = jax.tree.map(lambda a: a[0], params_stack) if num_points else params_stack
   if num_points:
-    sgld.check_params(params_stack)
-    sgld.check_loss(loss_fn, first, data, s.batch_size)
+    inputs.check_params(params_stack)
+    inputs.check_loss(loss_fn, first, data, s.batch_size)
   path, reason, star0 = (
     star_loss_path(loss_fn, first, data, keys[0], s)
     if num_points
@@ -381,7 +386,7 @@ def estimate_llc_batch(
   )
   star = None
   if star0 is not None:
-    star = jax.vmap(lambda p: sgld.per_sample_star_losses(loss_fn, p, data))(params_stack)
+    star = jax.vmap(lambda p: placement.per_sample_star_losses(loss_fn, p, data))(params_stack)
   traces = jax.device_get(
     sgld.sample_points(
       loss_fn, params_stack, data, keys, s, param_mask=param_mask, star_losses=star, mesh=mesh
@@ -424,7 +429,7 @@ def _point_keys(key, num_points: int) -> jax.Array:
   return key
 
 
-def _check_finite(loss_all: np.ndarray, s: sgld.SGLDSettings) -> None:
+def _check_finite(loss_all: np.ndarray, s: SGLDSettings) -> None:
   """Raises :class:`ChainDivergedError` for the first non-finite loss, naming its point (when
   there is a point axis), chain and draw."""
   flat = loss_all.reshape(-1, loss_all.shape[-1])
@@ -442,7 +447,7 @@ def _check_finite(loss_all: np.ndarray, s: sgld.SGLDSettings) -> None:
   )
 
 
-def _summarise(traces, s: sgld.SGLDSettings, l0, path: str, reason: str) -> LLCResult:
+def _summarise(traces, s: SGLDSettings, l0, path: str, reason: str) -> LLCResult:
   """The estimate from the traces, whose last two axes are (chains, steps); any axes before them
   (points) are kept."""
   keep = lambda name: np.asarray(traces[name], np.float64)[..., s.num_burnin :]  # noqa: E731

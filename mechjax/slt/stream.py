@@ -16,88 +16,38 @@ memory: with the per-sample path the corpus is streamed once through the loss at
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from mechjax import sharding as sharding_lib
-from mechjax.slt import sgld
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Streamed:
-  """Data for the SLT calls that stay on the host and reach the device a part at a time.
-
-  Attributes:
-    array: ``(n, ...)`` samples first: a NumPy array or a memory map (e.g. the windows of a token
-      file, :func:`mechjax.data.tokens.disk_windows`), indexed with an integer array per part.
-    steps_per_chunk: the steps of one part: each part's samples (``num_chains × steps_per_chunk ×
-      batch_size`` of them) are gathered on the host while the previous part runs.
-    dtype: the dtype the gathered samples are cast to before they reach the device (a token file's
-      ``uint16`` ids to ``int32``, say), or None to keep ``array``'s.
-  """
-
-  array: Any
-  steps_per_chunk: int = 64
-  dtype: Any = None
-
-  def __post_init__(self):
-    shape = getattr(self.array, "shape", None)
-    if shape is None or len(shape) < 1 or shape[0] < 1:
-      raise ValueError(
-        "Streamed needs an array with the samples first, (n, ...) with n >= 1; got "
-        f"{type(self.array).__name__} of shape {shape}"
-      )
-    if not (isinstance(self.steps_per_chunk, int) and self.steps_per_chunk >= 1):
-      raise ValueError(f"steps_per_chunk must be an int >= 1; got {self.steps_per_chunk!r}")
-
-  @property
-  def num_samples(self) -> int:
-    return int(self.array.shape[0])
-
-  def spec(self, rows: int | None = None) -> jax.ShapeDtypeStruct:
-    """The shape and dtype of ``rows`` gathered samples (all of them when None)."""
-    dtype = self.dtype if self.dtype is not None else self.array.dtype
-    rows = self.num_samples if rows is None else rows
-    return jax.ShapeDtypeStruct((rows, *self.array.shape[1:]), jnp.dtype(dtype))
-
-  def chains_run(self, loss_fn, settings, accumulator, layout, support, masked: bool):
-    """The :class:`StreamedRun` that :func:`mechjax.slt.sgld.sample_chains` calls with these
-    data."""
-    return StreamedRun(loss_fn, settings, accumulator, layout, support, masked)
-
-  def gather(self, idx: np.ndarray) -> np.ndarray:
-    """The samples at ``idx`` (any shape), shaped ``idx.shape + sample shape``."""
-    rows = np.asarray(self.array[np.asarray(idx).reshape(-1)])
-    if self.dtype is not None:
-      rows = rows.astype(self.dtype, copy=False)
-    return rows.reshape(*np.shape(idx), *self.array.shape[1:])
-
-
-is_streamed = sgld.is_streamed
+from mechjax.slt import placement
+from mechjax.slt.chain import Chain
+from mechjax.slt.chain import chain_start
+from mechjax.slt.inputs import Streamed  # the data these chains read; importable from here too
 
 
 def star_losses(loss_fn, params_star, data: Streamed, rows: int = 4096) -> jax.Array:
   """``(n,)``: every streamed sample's loss at ``w*``
-  (:func:`mechjax.slt.sgld.per_sample_star_losses`), ``rows`` samples gathered and evaluated at a
-  time (a shorter last group)."""
+  (:func:`mechjax.slt.placement.per_sample_star_losses`), ``rows`` samples gathered and evaluated
+  at a time (a shorter last group)."""
   n = data.num_samples
   parts = [
-    sgld.per_sample_star_losses(loss_fn, params_star, data.gather(np.arange(a, min(a + rows, n))))
+    placement.per_sample_star_losses(
+      loss_fn, params_star, data.gather(np.arange(a, min(a + rows, n)))
+    )
     for a in range(0, n, rows)
   ]
   return jnp.concatenate(parts)
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def _indices_program(batch_size: int, n: int):
   """``(chains, steps) -> (C, S, batch_size)``: the samples each chain's step draws, as
-  :func:`mechjax.slt.sgld.sample_chain` draws them from in-memory data."""
+  :func:`mechjax.slt.chain.sample_chain` draws them from in-memory data."""
 
   @jax.jit
   def run(keys, steps):
@@ -110,45 +60,43 @@ def _indices_program(batch_size: int, n: int):
   return run
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
-def _start_program(settings: sgld.SGLDSettings, masked: bool, accumulator, layout, support):
-  """Every chain's first carry (:func:`mechjax.slt.sgld.chain_start`), stacked."""
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
+def _start_program(settings, masked: bool, accumulator, layout, support):
+  """Every chain's first carry (:func:`mechjax.slt.chain.chain_start`), stacked."""
 
   def run(params_star, keys, param_mask, accumulator_data):
     constrain = sharding_lib.model_constraint(layout) or (lambda tree: tree)
-    start = lambda _: sgld.chain_start(  # noqa: E731
+    start = lambda _: chain_start(  # noqa: E731
       params_star, param_mask if masked else None, support, accumulator, accumulator_data, constrain
     )
     return jax.vmap(start)(keys)
 
-  return sgld.jit_over_chains(run, layout, num_args=4, split_args=(1,))
+  return placement.jit_over_chains(run, layout, num_args=4, split_args=(1,))
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def _part_program(loss_fn, settings, masked: bool, accumulator, layout, support):
   """One part of every chain: ``scan`` over the given steps from the given carries, on the
   gathered batches."""
 
   def run(params_star, keys, carry, steps, batches, star, param_mask, accumulator_data):
     def chain(key, carry, batches, star):
-      return sgld.sample_chain(
+      return Chain(
         loss_fn,
         params_star,
-        None,
         key,
-        steps.shape[0],
         settings,
         param_mask if masked else None,
         accumulator,
         accumulator_data,
         support=support,
         constrain=sharding_lib.model_constraint(layout),
-        feed=(carry, steps, batches, star),
-      )
+      ).run_steps(carry, steps, batches, star)
 
-    return sgld.over_chains(chain, sgld.chain_loop(settings), keys, carry, batches, star)
+    how = placement.chain_loop(settings)
+    return placement.over_chains(chain, how, keys, carry, batches, star)
 
-  return sgld.jit_over_chains(run, layout, num_args=8, split_args=(1, 2, 4, 5))
+  return placement.jit_over_chains(run, layout, num_args=8, split_args=(1, 2, 4, 5))
 
 
 def part_length(num_steps: int, steps_per_chunk: int) -> int:
@@ -180,11 +128,9 @@ class StreamedRun:
     carry = self.start(params_star, keys, param_mask, accumulator_data)
 
     def part(carry, steps, batches, star_batches):
-      out = self.part(
+      return self.part(
         params_star, keys, carry, steps, batches, star_batches, param_mask, accumulator_data
       )
-      out.pop("accumulated", None)
-      return out.pop("carry"), out
 
     carry, traces = run_parts(streamed, keys, self.settings, carry, part, star_losses)
     joined = {k: jnp.concatenate([t[k] for t in traces], axis=1) for k in traces[0]}

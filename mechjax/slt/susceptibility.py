@@ -32,9 +32,15 @@ from jax.sharding import Mesh
 
 from mechjax import rng
 from mechjax import sharding
+from mechjax.slt import chain as chain_lib
+from mechjax.slt import inputs
+from mechjax.slt import langevin
 from mechjax.slt import mixing
+from mechjax.slt import params as params_lib
+from mechjax.slt import placement
 from mechjax.slt import sgld
 from mechjax.slt import stream
+from mechjax.slt.inputs import Streamed
 from mechjax.slt.moments import PowerSums
 from mechjax.slt.moments import SegmentedMoments
 from mechjax.slt.moments import StreamedMoments
@@ -42,6 +48,8 @@ from mechjax.slt.moments import moments_covariance
 from mechjax.slt.moments import moments_reduce
 from mechjax.slt.moments import over_segments
 from mechjax.slt.moments import product_moments
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import settings_from
 
 SEGMENTS = 20  # batches per chain for χ's batch-means ESS (as in batch_means_error)
 
@@ -181,7 +189,7 @@ def estimate_susceptibilities(
   probes,
   *,
   key: jax.Array,
-  settings: sgld.SGLDSettings | None = None,
+  settings: SGLDSettings | None = None,
   components: dict[str, Any] | None = None,
   eval_size: int = 1024,
   eval_data: Any = None,
@@ -239,10 +247,10 @@ def estimate_susceptibilities(
     **overrides: fields of :class:`~mechjax.slt.sgld.SGLDSettings` replacing those of
       ``settings``, as in :func:`mechjax.slt.llc.estimate_llc` (``num_chains=8``, ``step_size=…``).
   """
-  s = sgld.settings_from(settings, **overrides)
-  sgld.check_params(params)
-  s, sampler = sgld.resolve_data(s, data, per_sample_loss, params, per_sample=True)
-  s = sgld.with_chain_loop(dataclasses.replace(s, mala=False), params)
+  s = settings_from(settings, **overrides)
+  inputs.check_params(params)
+  s, sampler = inputs.resolve_data(s, data, per_sample_loss, params, per_sample=True)
+  s = placement.with_chain_loop(dataclasses.replace(s, mala=False), params)
   components = {"all": None} if components is None else dict(components)
   if not components:
     raise ValueError("components must name at least one mask")
@@ -260,9 +268,9 @@ def estimate_susceptibilities(
     "extra": observable_data,
     "eval_loss_star": jnp.mean(losses_at(params, eval_data)),
   }
-  keys = sgld.chain_keys(key, s.num_chains)
+  keys = chain_lib.chain_keys(key, s.num_chains)
   source = None if sampler is not None else data
-  if stream.is_streamed(data):  # every component on the union of the supports: one carry shape
+  if isinstance(data, Streamed):  # every component on the union of the supports: one carry shape
     union = (tuple(map(any, zip(*distinct))),)
     build = lambda layout, per: _StreamedComponents(  # noqa: E731
       per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, union
@@ -275,7 +283,9 @@ def estimate_susceptibilities(
     run = lambda program, part: program(  # noqa: E731
       params, source, keys[part], (masks, branch), observe_data
     )
-  state = jax.device_get(sgld.over_chains_on_devices(s.num_chains, build, run, axis=1, mesh=mesh))
+  state = jax.device_get(
+    placement.over_chains_on_devices(s.num_chains, build, run, axis=1, mesh=mesh)
+  )
   mom = state.moments
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)
   merged = jax.vmap(moments_reduce)(jax.tree.map(jnp.asarray, mom))
@@ -364,7 +374,7 @@ def _checked_mixing(sums: PowerSums, num_chains: int, names: tuple) -> dict[str,
   return {"chi_rhat": rhat, "chi_ess": ess}
 
 
-def _component_masks(components: dict, params, s: sgld.SGLDSettings):
+def _component_masks(components: dict, params, s: SGLDSettings):
   """``(masks, branch, supports)``: the components' 0/1 masks stacked, each component's branch of
   the program, and the branches' supports (the leaves they move). Components whose masks share a
   support share a branch, whose backward pass skips what none of those leaves needs
@@ -381,10 +391,11 @@ def _component_masks(components: dict, params, s: sgld.SGLDSettings):
       ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params)
     )
   supports = [
-    sgld.mask_support(params, m) or tuple(sgld.is_float_leaf(a) for a in jax.tree.leaves(params))
+    params_lib.mask_support(params, m)
+    or tuple(params_lib.is_float_leaf(a) for a in jax.tree.leaves(params))
     for m in masks
   ]
-  if sgld.chain_loop(s) == "vmap":
+  if placement.chain_loop(s) == "vmap":
     supports = [tuple(map(any, zip(*supports)))] * len(supports)
   distinct = tuple(dict.fromkeys(supports))
   branch = jnp.asarray([distinct.index(x) for x in supports], jnp.int32)
@@ -400,7 +411,7 @@ def _eval_batch(data, sampler, eval_data, eval_size: int, key: jax.Array):
     return eval_data
   if sampler is not None:
     return draw_samples(sampler, rng.fold(key, "eval-subset"), eval_size)
-  streamed = stream.is_streamed(data)
+  streamed = isinstance(data, Streamed)
   n = data.num_samples if streamed else jax.tree.leaves(data)[0].shape[0]
   if n <= eval_size:
     return data.gather(np.arange(n)) if streamed else data
@@ -464,7 +475,7 @@ def _output_shape(fn: Callable, *args) -> tuple[int, ...]:
   )
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def _output_shape_of(fn, treedef, avals) -> tuple[int, ...]:
   args = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in avals])
   return tuple(jax.eval_shape(fn, *args).shape)
@@ -498,18 +509,18 @@ def draw_samples(sample_batch: Callable, key: jax.Array, num: int):
   return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:])[:num], batches)
 
 
-def _chain_parts(per_sample_loss, observable, settings: sgld.SGLDSettings):
+def _chain_parts(per_sample_loss, observable, settings: SGLDSettings):
   """What every component's chain runs on: the SGLD loss (the mean of ``per_sample_loss``) and the
   accumulator of the ``(φ, ΔL)`` moments after burn-in."""
   observe = _ComponentObserve(per_sample_loss, observable)
   segments = SEGMENTS if settings.num_draws >= 2 * SEGMENTS else 2
   accumulator = SegmentedMoments(observe, settings.num_burnin, settings.num_draws, segments)
-  return sgld.MeanLoss(per_sample_loss), accumulator
+  return langevin.MeanLoss(per_sample_loss), accumulator
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def _components_program(
-  per_sample_loss, settings: sgld.SGLDSettings, observable, layout, sampler=None, supports=(None,)
+  per_sample_loss, settings: SGLDSettings, observable, layout, sampler=None, supports=(None,)
 ):
   """Every component's chains in one program. ``supports`` are the distinct supports of the
   components' masks (:func:`mechjax.slt.sgld.mask_support`); the masks come with the index of
@@ -519,10 +530,10 @@ def _components_program(
 
   def run(params, data, keys, masks_and_branch, observe_data):
     source = data if sampler is None else sampler
-    how = sgld.chain_loop(settings)
+    how = placement.chain_loop(settings)
 
     def chains(support, mask):
-      chain = lambda k: sgld.sample_chain(
+      chain = lambda k: chain_lib.sample_chain(
         loss_fn,
         params,
         source,
@@ -536,7 +547,7 @@ def _components_program(
         support=support,
         constrain=sharding.model_constraint(layout),
       )["accumulated"]
-      return sgld.over_chains(chain, how, keys)
+      return placement.over_chains(chain, how, keys)
 
     def component(mask, branch):
       if len(supports) == 1:
@@ -544,43 +555,44 @@ def _components_program(
       branches = [functools.partial(chains, support) for support in supports]
       return jax.lax.switch(branch, branches, mask)
 
-    return sgld.over_chains(component, how, *masks_and_branch)
+    return placement.over_chains(component, how, *masks_and_branch)
 
-  return sgld.jit_over_chains(run, layout, chain_axis=1)  # outputs are (components, chains, ...)
+  return placement.jit_over_chains(
+    run, layout, chain_axis=1
+  )  # outputs are (components, chains, ...)
 
 
-@functools.lru_cache(maxsize=sgld.PROGRAM_CACHE_SIZE)
-def _streamed_programs(per_sample_loss, settings: sgld.SGLDSettings, observable, layout, supports):
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
+def _streamed_programs(per_sample_loss, settings: SGLDSettings, observable, layout, supports):
   """:func:`_components_program` for data streamed from the host (:mod:`mechjax.slt.stream`): a
   program for the chains' first carries, ``(components, chains, ...)``, and one for a part of
   steps on gathered batches, shared by every component (their chains have the same keys). One
   support for all the components (the carries must have one shape)."""
   loss_fn, accumulator = _chain_parts(per_sample_loss, observable, settings)
-  how, (support,) = sgld.chain_loop(settings), supports
+  how, (support,) = placement.chain_loop(settings), supports
 
   def start(params, keys, masks, observe_data):
     place = sharding.model_constraint(layout) or (lambda tree: tree)
-    first = lambda mask: sgld.chain_start(  # noqa: E731
+    first = lambda mask: chain_lib.chain_start(  # noqa: E731
       params, mask, support, accumulator, observe_data, place
     )
-    return sgld.over_chains(lambda mask: jax.vmap(lambda _: first(mask))(keys), how, masks)
+    return placement.over_chains(lambda mask: jax.vmap(lambda _: first(mask))(keys), how, masks)
 
   def part(params, keys, carry, steps, batches, masks, observe_data):
     def chain(mask, key, carry, batches):
-      return sgld.sample_chain(
-        loss_fn, params, None, key, steps.shape[0], settings, mask, accumulator, observe_data,
+      return chain_lib.Chain(
+        loss_fn, params, key, settings, mask, accumulator, observe_data,
         loss_at_star=False, support=support, constrain=sharding.model_constraint(layout),
-        feed=(carry, steps, batches, None),
-      )["carry"]  # fmt: skip
+      ).run_steps(carry, steps, batches)[0]  # fmt: skip
 
-    per_component = lambda mask, carry: sgld.over_chains(  # noqa: E731
+    per_component = lambda mask, carry: placement.over_chains(  # noqa: E731
       functools.partial(chain, mask), how, keys, carry, batches
     )
-    return sgld.over_chains(per_component, how, masks, carry)
+    return placement.over_chains(per_component, how, masks, carry)
 
   return (
-    sgld.jit_over_chains(start, layout, chain_axis=1, num_args=4, split_args=(1,)),
-    sgld.jit_over_chains(
+    placement.jit_over_chains(start, layout, chain_axis=1, num_args=4, split_args=(1,)),
+    placement.jit_over_chains(
       part, layout, chain_axis=1, num_args=7, split_args=(1, 2, 4), split_axes={2: 1}
     ),
   )
@@ -641,7 +653,7 @@ def bif(
   train_probes,
   *,
   key: jax.Array,
-  settings: sgld.SGLDSettings | None = None,
+  settings: SGLDSettings | None = None,
   mesh: Mesh | None = None,
   **overrides: Any,
 ) -> np.ndarray:
@@ -666,11 +678,11 @@ def bif(
   Returns:
     ``(Q, I)`` NumPy array.
   """
-  s = sgld.settings_from(settings, **overrides)
+  s = settings_from(settings, **overrides)
   s = dataclasses.replace(s, mala=False)
   accumulator = StreamedMoments(_BifObserve(per_sample_loss), start=s.num_burnin)
   traces = sgld.sample_chains(
-    sgld.MeanLoss(per_sample_loss),
+    langevin.MeanLoss(per_sample_loss),
     params,
     data,
     key,

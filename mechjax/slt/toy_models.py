@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from mechjax.slt import closed_forms as cf
 from mechjax.slt import llc as llc_lib
-from mechjax.slt import sgld
+from mechjax.slt.settings import default_nbeta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +142,7 @@ def estimate(
   """Runs ``case`` at ``nβ = n/ln n``; returns the estimate, the truth, the relative error and
   diagnostics."""
   loss, w_star, data = case.build(n)
-  nbeta = sgld.default_nbeta(n)
+  nbeta = default_nbeta(n)
   draws = num_draws or case.num_draws
   res = llc_lib.estimate_llc(
     loss,

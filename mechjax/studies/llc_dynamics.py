@@ -46,7 +46,8 @@ from mechjax.config import ConfigError
 from mechjax.models import deep_linear as dln
 from mechjax.slt import closed_forms as cf
 from mechjax.slt import llc as llc_lib
-from mechjax.slt import sgld as sgld_lib
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import default_nbeta
 from mechjax.studies import frame
 from mechjax.train import loop
 
@@ -89,8 +90,8 @@ class Config(config.Settings):
   )
   batch_size: int = config.setting(64, "Training minibatch size.", check=config.at_least(1))
   learning_rate: float = config.setting(0.05, "SGD step size.", check=config.positive)
-  sgld: sgld_lib.SGLDSettings = config.group(
-    sgld_lib.SGLDSettings(
+  sgld: SGLDSettings = config.group(
+    SGLDSettings(
       step_size=1e-5,
       localization=100.0,
       batch_size=256,
@@ -136,7 +137,7 @@ class Config(config.Settings):
 
   @property
   def nbeta_value(self) -> float:
-    return sgld_lib.default_nbeta(self.n) if self.sgld.nbeta is None else float(self.sgld.nbeta)
+    return default_nbeta(self.n) if self.sgld.nbeta is None else float(self.sgld.nbeta)
 
 
 def make_data(cfg: Config) -> dict:

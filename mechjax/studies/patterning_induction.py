@@ -47,9 +47,11 @@ from mechjax.data import repeats
 from mechjax.models import transformer
 from mechjax.slt import mixing
 from mechjax.slt import patterning
-from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import default_nbeta
 from mechjax.studies import frame
+from mechjax.studies import sampler_flags
 from mechjax.train import loop
 from mechjax.train import metrics
 
@@ -114,7 +116,7 @@ class Config(config.Settings):
     "Sequences of each kind for the repeat loss and prefix-matching score.",
     check=config.at_least(1),
   )
-  sgld: sgld_lib.SGLDSettings = sgld_lib.study_group(
+  sgld: SGLDSettings = sampler_flags.study_group(
     "SGLD for the per-token susceptibilities (chains and heads vmapped).",
     num_draws=200,
     num_burnin=50,
@@ -147,7 +149,7 @@ class Config(config.Settings):
 
   @property
   def nbeta(self) -> float:
-    return sgld_lib.default_nbeta(self.n)
+    return default_nbeta(self.n)
 
   @property
   def num_groups(self) -> int:

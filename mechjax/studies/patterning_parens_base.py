@@ -28,7 +28,9 @@ from mechjax import rng
 from mechjax.data import parens
 from mechjax.models.transformer import Transformer
 from mechjax.slt import patterning
-from mechjax.slt import sgld as sgld_lib
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import default_nbeta
+from mechjax.studies import sampler_flags
 from mechjax.train import loop
 
 OUTCOMES = (*parens.ALGORITHMS, "not perfect")
@@ -86,7 +88,7 @@ class ParensSettings(config.Settings):
   per_group: int = config.setting(
     64, "Training probes per group of strings for the susceptibilities.", check=config.at_least(1)
   )
-  sgld: sgld_lib.SGLDSettings = sgld_lib.study_group(
+  sgld: SGLDSettings = sampler_flags.study_group(
     "SGLD for the susceptibilities (and, with --llc_draws draws, the reference solutions' LLCs).",
     num_draws=500,
     num_burnin=100,
@@ -111,7 +113,7 @@ class ParensSettings(config.Settings):
 
   @property
   def nbeta(self) -> float:
-    return sgld_lib.default_nbeta(self.n)
+    return default_nbeta(self.n)
 
 
 class NotASolution(RuntimeError):

@@ -28,9 +28,9 @@ import scipy.stats
 from mechjax import plotting
 from mechjax import rng
 from mechjax.data import parens
+from mechjax.slt import langevin
 from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
-from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
 from mechjax.studies import patterning_parens_base as shared
 
@@ -179,7 +179,7 @@ def measure_llcs(
     out[algorithm] = {}
     for name, w in weights.items():
       est = llc_lib.estimate_llc(
-        sgld_lib.MeanLoss(model.weighted_loss),
+        langevin.MeanLoss(model.weighted_loss),
         references[algorithm]["params"],
         {**train, "weight": jnp.asarray(w, jnp.float32)},
         key=rng.key(cfg.run.seed, "llc-check", i),

@@ -33,10 +33,10 @@ from mechjax import config
 from mechjax import plotting
 from mechjax import rng
 from mechjax.data import parens
+from mechjax.slt import langevin
 from mechjax.slt import llc as llc_lib
 from mechjax.slt import mixing
 from mechjax.slt import patterning
-from mechjax.slt import sgld as sgld_lib
 from mechjax.slt import susceptibility as sus
 from mechjax.studies import frame
 from mechjax.studies import patterning_parens_base as shared
@@ -139,7 +139,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     refs = shared.reference_solutions(cfg, model, data, ctx)
     for r in refs.values():  # each one's LLC on the training set alone, where both are perfect
       est = llc_lib.estimate_llc(
-        sgld_lib.MeanLoss(model.per_sample_loss),
+        langevin.MeanLoss(model.per_sample_loss),
         r["params"],
         jax.tree.map(jnp.asarray, data["train"]),
         key=rng.key(cfg.run.seed, "reference-llc"),

@@ -34,7 +34,7 @@ from mechjax import sharding
 from mechjax import slt
 from mechjax.data import tokens as tokens_lib
 from mechjax.models import pretrained
-from mechjax.slt import sgld as sgld_lib
+from mechjax.slt.settings import SGLDSettings
 from mechjax.studies import frame
 
 NAME = "pretrained_llc"
@@ -65,8 +65,8 @@ class Config(config.Settings):
   model_axis: int = config.setting(
     1, "Devices that split each parameter (the rest split the chains).", check=config.at_least(1)
   )
-  sgld: sgld_lib.SGLDSettings = config.group(
-    sgld_lib.SGLDSettings(
+  sgld: SGLDSettings = config.group(
+    SGLDSettings(
       step_size=1e-5,
       localization=100.0,
       batch_size=16,

@@ -6,8 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from mechjax.slt import chain as chain_lib
+from mechjax.slt import params as params_lib
+from mechjax.slt import placement
 from mechjax.slt import sgld
 from mechjax.slt import susceptibility as sus
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import default_nbeta
 
 D, N = 4, 2000
 
@@ -28,7 +33,7 @@ def _loss(params, batch):
   return jnp.mean(_per_sample(params, batch))
 
 
-SETTINGS = dict(step_size=1e-4, nbeta=sgld.default_nbeta(N), localization=1.0, batch_size=64)
+SETTINGS = dict(step_size=1e-4, nbeta=default_nbeta(N), localization=1.0, batch_size=64)
 
 
 def test_map_and_vmap_run_the_same_chains():
@@ -38,7 +43,7 @@ def test_map_and_vmap_run_the_same_chains():
     w_star,
     data,
     jax.random.key(3),
-    sgld.SGLDSettings(num_chains=4, num_draws=40, chain_loop=how, **SETTINGS),
+    SGLDSettings(num_chains=4, num_draws=40, chain_loop=how, **SETTINGS),
   )
   mapped, vmapped = run("map"), run("vmap")
   assert mapped["loss"].shape == (4, 40)
@@ -47,16 +52,16 @@ def test_map_and_vmap_run_the_same_chains():
   # The chains differ from one another: the loop did not repeat one chain.
   assert np.all(np.std(np.asarray(mapped["loss"])[:, -1]) > 0)
   # auto: mapped on a CPU for a model of MAP_MIN_PARAMS float parameters or more, else vmapped.
-  auto = sgld.SGLDSettings(**SETTINGS)
-  big = {"w": jnp.zeros(sgld.MAP_MIN_PARAMS), "step": jnp.zeros((10**6,), jnp.int32)}
-  small = {"w": jnp.zeros(sgld.MAP_MIN_PARAMS - 1), "step": jnp.zeros((10**6,), jnp.int32)}
+  auto = SGLDSettings(**SETTINGS)
+  big = {"w": jnp.zeros(placement.MAP_MIN_PARAMS), "step": jnp.zeros((10**6,), jnp.int32)}
+  small = {"w": jnp.zeros(placement.MAP_MIN_PARAMS - 1), "step": jnp.zeros((10**6,), jnp.int32)}
   on_cpu = jax.default_backend() == "cpu"
-  assert sgld.chain_loop(auto, big) == ("map" if on_cpu else "vmap")
-  assert sgld.chain_loop(auto, small) == "vmap"  # integer leaves are not sampled: not counted
-  assert sgld.chain_loop(sgld.SGLDSettings(**SETTINGS, chain_loop="map"), small) == "map"
-  assert sgld.with_chain_loop(auto, big).chain_loop in ("map", "vmap")
+  assert placement.chain_loop(auto, big) == ("map" if on_cpu else "vmap")
+  assert placement.chain_loop(auto, small) == "vmap"  # integer leaves are not sampled: not counted
+  assert placement.chain_loop(SGLDSettings(**SETTINGS, chain_loop="map"), small) == "map"
+  assert placement.with_chain_loop(auto, big).chain_loop in ("map", "vmap")
   with pytest.raises(ValueError, match="chain_loop"):
-    sgld.SGLDSettings(chain_loop="scan", **SETTINGS)
+    SGLDSettings(chain_loop="scan", **SETTINGS)
 
 
 def test_leaves_outside_the_support_are_held_fixed_with_the_same_draws():
@@ -64,13 +69,13 @@ def test_leaves_outside_the_support_are_held_fixed_with_the_same_draws():
   the plain masked chain draw the same noise for the free leaf and give the same trajectory."""
   data, w_star = _regression()
   mask = {"w": jnp.ones(D), "b": jnp.zeros(1)}
-  support = sgld.mask_support(w_star, mask)
+  support = params_lib.mask_support(w_star, mask)
   assert support == (False, True)  # leaves in key order: b, w
-  s = sgld.SGLDSettings(num_chains=1, num_draws=50, **SETTINGS)
+  s = SGLDSettings(num_chains=1, num_draws=50, **SETTINGS)
 
   def chain(pruned):
     return jax.jit(
-      lambda m: sgld.sample_chain(
+      lambda m: chain_lib.sample_chain(
         _loss, w_star, data, jax.random.key(4), 50, s, m, support=support if pruned else None
       )
     )(mask)
@@ -79,10 +84,10 @@ def test_leaves_outside_the_support_are_held_fixed_with_the_same_draws():
   for name in ("loss", "distance", "noise_norm", "drift_norm"):
     np.testing.assert_allclose(pruned[name], plain[name], rtol=1e-5, err_msg=name)
   # Inside a jit the mask is traced: nothing can be pruned at trace time.
-  assert jax.jit(lambda m: jnp.asarray(sgld.mask_support(w_star, m) is None))(mask)
-  assert sgld.mask_support(w_star, None) is None
+  assert jax.jit(lambda m: jnp.asarray(params_lib.mask_support(w_star, m) is None))(mask)
+  assert params_lib.mask_support(w_star, None) is None
   with pytest.raises(ValueError, match="leaves"):
-    sgld.mask_support(w_star, {"w": jnp.ones(D)})
+    params_lib.mask_support(w_star, {"w": jnp.ones(D)})
 
 
 def test_components_with_different_supports_equal_each_component_alone():
@@ -147,8 +152,8 @@ def test_sampler_programs_compile_without_ynn_fusions_on_a_cpu():
   fusion = '"kind":"__ynn_fusion"'
   plain = jax.jit(jax.grad(mlp)).lower(w_star, {k: v[:64] for k, v in data.items()})
   assert fusion in plain.compile().as_text()  # XLA's default, which the option turns off
-  s = sgld.SGLDSettings(num_chains=2, num_draws=5, **SETTINGS)
-  program = sgld._program(mlp, s, False, None, None)
-  keys = sgld.chain_keys(jax.random.key(0), 2)
+  s = SGLDSettings(num_chains=2, num_draws=5, **SETTINGS)
+  program = placement.chains_program(mlp, s, False, None, None)
+  keys = chain_lib.chain_keys(jax.random.key(0), 2)
   text = program.lower(w_star, data, keys, None, None, None).compile().as_text()
   assert fusion not in text

@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 
 from mechjax.slt import llc as llc_lib
+from mechjax.slt import placement
 from mechjax.slt import sgld
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import default_nbeta
 from tests.helpers import ROOT
 
 D, N = 4, 20_000
@@ -32,7 +35,7 @@ def _loss(params, batch):
   return 0.5 * jnp.mean((batch["x"] @ params["w"] - batch["y"]) ** 2)
 
 
-SETTINGS = dict(step_size=1e-4, nbeta=sgld.default_nbeta(N), localization=1.0, batch_size=500)
+SETTINGS = dict(step_size=1e-4, nbeta=default_nbeta(N), localization=1.0, batch_size=500)
 
 
 @pytest.mark.slow
@@ -64,9 +67,10 @@ def test_same_key_same_result_bit_for_bit_and_another_key_differs():
   run = lambda seed: llc_lib.estimate_llc(
     _loss, w_star, data, key=jax.random.PRNGKey(seed), num_chains=2, num_draws=50, **SETTINGS
   )
-  misses = sgld._program.cache_info().misses
+  misses = placement.chains_program.cache_info().misses
   a, b, c = run(3), run(3), run(4)
-  assert sgld._program.cache_info().misses <= misses + 1  # one program for the three calls
+  # one program for the three calls
+  assert placement.chains_program.cache_info().misses <= misses + 1
   np.testing.assert_array_equal(a.loss_trace, b.loss_trace)
   assert a.llc_mean == b.llc_mean
   assert not np.array_equal(a.loss_trace, c.loss_trace)
@@ -153,9 +157,9 @@ def test_bad_settings_are_refused(bad, match):
 
 
 def test_default_nbeta_and_init_loss_over_seeded_batches():
-  assert sgld.default_nbeta(1000) == pytest.approx(1000 / math.log(1000))
+  assert default_nbeta(1000) == pytest.approx(1000 / math.log(1000))
   with pytest.raises(ValueError, match="n must be >= 2"):
-    sgld.default_nbeta(1)
+    default_nbeta(1)
   data, w_star = _regression()
   full = llc_lib.init_loss(_loss, w_star, data, jax.random.PRNGKey(0), 500)
   assert full == pytest.approx(float(_loss(w_star, data)), rel=1e-6)
@@ -168,11 +172,12 @@ jax.config.update("jax_num_cpu_devices", 2)
 import numpy as np
 from tests.slt import test_llc as t
 from mechjax.slt import sgld
+from mechjax.slt.settings import SGLDSettings
 data, w_star = t._regression()
-settings = sgld.SGLDSettings(**t.SETTINGS, num_chains=4, num_draws=30)
+settings = SGLDSettings(**t.SETTINGS, num_chains=4, num_draws=30)
 out = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), settings)
 again = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), settings)
-mapped_settings = sgld.SGLDSettings(**t.SETTINGS, num_chains=4, num_draws=30, chain_loop="map")
+mapped_settings = SGLDSettings(**t.SETTINGS, num_chains=4, num_draws=30, chain_loop="map")
 mapped = sgld.sample_chains(t._loss, w_star, data, jax.random.PRNGKey(5), mapped_settings)
 chi = t._susceptibilities(data, w_star)
 # w* left on one device (as training leaves it) is replicated onto the chains' devices, not refused.
@@ -230,7 +235,7 @@ def test_chains_are_sharded_over_devices_and_agree_with_one_device():
     w_star,
     data,
     jax.random.PRNGKey(5),
-    sgld.SGLDSettings(**SETTINGS, num_chains=4, num_draws=30),
+    SGLDSettings(**SETTINGS, num_chains=4, num_draws=30),
   )
   assert len(single["loss"].sharding.device_set) == 1
   # Same key, same chains: only the rounding of the programs differs.
@@ -242,7 +247,7 @@ def test_chains_are_sharded_over_devices_and_agree_with_one_device():
     w_star,
     data,
     jax.random.PRNGKey(5),
-    sgld.SGLDSettings(**SETTINGS, num_chains=4, num_draws=30, chain_loop="map"),
+    SGLDSettings(**SETTINGS, num_chains=4, num_draws=30, chain_loop="map"),
   )
   np.testing.assert_array_equal(np.asarray(sharded["mapped"]), np.asarray(mapped["loss"]))
   # The susceptibility program shards its chains the same way (components vmapped outside them).

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from mechjax.slt import llc as llc_lib
+from mechjax.slt import placement
 from mechjax.slt import sgld
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import default_nbeta
 
 D, N = 4, 4000
 
@@ -34,7 +37,7 @@ def _centred_loss(params, batch):  # depends on the batch as a whole (its mean r
   return 0.5 * jnp.mean((r - jnp.mean(r)) ** 2)
 
 
-SETTINGS = dict(step_size=1e-4, nbeta=sgld.default_nbeta(N), localization=1.0, batch_size=64)
+SETTINGS = dict(step_size=1e-4, nbeta=default_nbeta(N), localization=1.0, batch_size=64)
 
 
 def test_per_sample_path_is_exact_where_it_applies():
@@ -63,7 +66,7 @@ def test_per_sample_path_is_exact_where_it_applies():
 @pytest.mark.parametrize("loss", [_sum_loss, _centred_loss])
 def test_a_loss_that_is_not_a_mean_over_samples_falls_back_and_says_so(loss):
   data, w_star = _regression()
-  settings = sgld.SGLDSettings(num_chains=2, num_draws=40, **SETTINGS).resolved(N)
+  settings = SGLDSettings(num_chains=2, num_draws=40, **SETTINGS).resolved(N)
   path, reason, star = llc_lib.star_loss_path(loss, w_star, data, jax.random.key(2), settings)
   assert (path, star) == ("per_step", None)
   assert "not the mean of its samples' losses" in reason
@@ -79,7 +82,7 @@ def test_a_loss_that_is_not_a_mean_over_samples_falls_back_and_says_so(loss):
 
 def test_per_sample_path_is_skipped_for_samplers_and_for_data_larger_than_the_draws():
   data, w_star = _regression()
-  few = sgld.SGLDSettings(num_chains=1, num_draws=10, **SETTINGS).resolved(N)  # 640 < 4000 samples
+  few = SGLDSettings(num_chains=1, num_draws=10, **SETTINGS).resolved(N)  # 640 < 4000 samples
   path, reason, _ = llc_lib.star_loss_path(_loss, w_star, data, jax.random.key(0), few)
   assert path == "per_step" and "exceed" in reason
 
@@ -200,10 +203,10 @@ def test_chains_on_cpu_threads_are_the_chains_of_one_program():
 
   if mechjax.usable_cpu_cores() < 2 or len(jax.devices()) != 1:
     pytest.skip("needs one JAX device and at least two cores")
-  assert sgld.cpu_thread_groups(4) > 1 and sgld.cpu_thread_groups(4, shard=False) == 1
-  assert sgld.cpu_thread_groups(3) in (1, 3)  # equal groups only
+  assert placement.cpu_thread_groups(4) > 1 and placement.cpu_thread_groups(4, shard=False) == 1
+  assert placement.cpu_thread_groups(3) in (1, 3)  # equal groups only
   data, w_star = _regression()
-  s = sgld.SGLDSettings(num_chains=4, num_draws=30, **SETTINGS)
+  s = SGLDSettings(num_chains=4, num_draws=30, **SETTINGS)
   one = sgld.sample_chains(_loss, w_star, data, jax.random.key(7), s, shard=False)
   threads = sgld.sample_chains(_loss, w_star, data, jax.random.key(7), s)
   for name in ("loss", "loss_at_star", "acceptance"):

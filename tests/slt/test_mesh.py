@@ -22,6 +22,7 @@ SCRIPT = textwrap.dedent("""
     from mechjax import sharding, slt
     from mechjax.models import pretrained
     from mechjax.slt import sgld
+    from mechjax.slt.settings import SGLDSettings
 
     # The tiny checkpoint's leaves have at most 2,048 entries: split those of 256 or more.
     sharding.MIN_MODEL_SHARDED = 256
@@ -38,8 +39,8 @@ SCRIPT = textwrap.dedent("""
               "w2": jax.random.normal(k[1], (64, 16)) / 8}
     x = jax.random.normal(k[2], (128, 8))
     data = {"x": x, "y": jnp.tanh(x @ params["w1"]) @ params["w2"]}
-    s = sgld.SGLDSettings(num_chains=8, num_draws=12, step_size=1e-4, localization=100.0,
-                          batch_size=16)
+    s = SGLDSettings(num_chains=8, num_draws=12, step_size=1e-4, localization=100.0,
+                     batch_size=16)
     llc = lambda m: slt.estimate_llc(loss, params, data, key=jax.random.key(1), settings=s,
                                      mesh=m).llc_per_chain.tolist()
     # Each mesh is its own program: two threads compile and run them two at a time.

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from mechjax import config
+from mechjax.slt import langevin
 from mechjax.slt import llc as llc_lib
-from mechjax.slt import sgld
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import default_nbeta
 
 N, D = 512, 3
 
@@ -34,14 +36,14 @@ W = {"a": 0.5 * jnp.eye(D), "b": jnp.ones(D) / D}
 def test_pieces_average_to_the_whole_batch_and_only_pieces_are_traced():
   batch = jax.tree.map(lambda a: a[:32], _data())
   SEEN.clear()
-  whole = sgld.batch_value_and_grad(_loss, W, batch)
+  whole = langevin.batch_value_and_grad(_loss, W, batch)
   assert SEEN == [32]
   SEEN.clear()
-  pieces = sgld.batch_value_and_grad(_loss, W, batch, 8)
+  pieces = langevin.batch_value_and_grad(_loss, W, batch, 8)
   assert set(SEEN) == {8}  # the loss never sees the whole batch
   for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(pieces)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-  loss = sgld.batch_loss(_loss, W, batch, 8)
+  loss = langevin.batch_loss(_loss, W, batch, 8)
   np.testing.assert_allclose(loss, whole[0], rtol=1e-6)
 
 
@@ -69,12 +71,12 @@ def test_micro_batched_chains_are_the_whole_batch_chains(star_loss):
   np.testing.assert_allclose(pieces.loss_trace, whole.loss_trace, rtol=1e-4)
   assert pieces.llc_mean == pytest.approx(whole.llc_mean, rel=1e-3)
   # nβ is n / ln n of the data either way.
-  nbeta = sgld.default_nbeta(N)
+  nbeta = default_nbeta(N)
   assert pieces.diagnostics["nbeta"] == whole.diagnostics["nbeta"] == pytest.approx(nbeta)
 
 
 def test_a_micro_batch_that_does_not_divide_the_batch_is_refused():
   with pytest.raises(config.ConfigError, match="microbatch_size=5 must divide batch_size=32"):
-    sgld.SGLDSettings(step_size=1e-3, localization=1.0, batch_size=32, microbatch_size=5)
+    SGLDSettings(step_size=1e-3, localization=1.0, batch_size=32, microbatch_size=5)
   with pytest.raises(config.ConfigError, match="microbatch_size=0"):
-    sgld.SGLDSettings(step_size=1e-3, localization=1.0, batch_size=32, microbatch_size=0)
+    SGLDSettings(step_size=1e-3, localization=1.0, batch_size=32, microbatch_size=0)

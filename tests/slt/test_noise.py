@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from mechjax import config
-from mechjax.slt import sgld
+from mechjax.slt import langevin
+from mechjax.slt.settings import SGLDSettings
 
 W = {"a": jnp.zeros((64, 8)), "b": jnp.zeros(8)}
 SLOTS = (np.array([0, 1], np.int32), 2)
@@ -15,23 +16,23 @@ SLOTS = (np.array([0, 1], np.int32), 2)
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
 def test_derived_noise_is_standard_normal_and_other_than_threefry(impl):
   key = jax.random.key(0)
-  base = sgld._normal(key, W, SLOTS)
-  z = sgld._normal(key, W, SLOTS, impl)
-  again = sgld._normal(key, W, SLOTS, impl)
+  base = langevin.normal_noise(key, W, SLOTS)
+  z = langevin.normal_noise(key, W, SLOTS, impl)
+  again = langevin.normal_noise(key, W, SLOTS, impl)
   for a, b in zip(jax.tree.leaves(z), jax.tree.leaves(again)):
     np.testing.assert_array_equal(a, b)  # a function of the key
   flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(z)])
   assert abs(flat.mean()) < 0.1 and abs(flat.std() - 1) < 0.1  # 520 standard normals
   assert not np.allclose(z["a"], base["a"])
-  other = sgld._normal(jax.random.key(1), W, SLOTS, impl)
+  other = langevin.normal_noise(jax.random.key(1), W, SLOTS, impl)
   assert not np.allclose(z["a"], other["a"])
 
 
 def test_the_noise_impl_is_a_checked_setting():
-  s = sgld.SGLDSettings(step_size=1e-3, localization=1.0, batch_size=8, noise_impl="rbg")
+  s = SGLDSettings(step_size=1e-3, localization=1.0, batch_size=8, noise_impl="rbg")
   assert s.noise_impl == "rbg"
   with pytest.raises(config.ConfigError, match="noise_impl='philox'"):
-    sgld.SGLDSettings(step_size=1e-3, localization=1.0, batch_size=8, noise_impl="philox")
+    SGLDSettings(step_size=1e-3, localization=1.0, batch_size=8, noise_impl="philox")
 
 
 def test_the_sampler_draws_its_noise_with_the_chosen_impl():

@@ -9,8 +9,8 @@ import numpy as np
 from jax import monitoring
 
 from mechjax.slt import llc as llc_lib
-from mechjax.slt import sgld
 from mechjax.slt import susceptibility as sus
+from mechjax.slt.settings import SGLDSettings
 
 _TRACES = []
 _COUNTING = [False]
@@ -67,7 +67,7 @@ def test_repeated_estimate_llc_with_a_new_key_and_w_star_compiles_nothing():
   with count_traces() as n:
     res = llc_lib.estimate_llc(_loss, w_next, data, key=keys[1], **SETTINGS)
     again = llc_lib.estimate_llc(
-      _loss, w_next, data, key=keys[2], settings=sgld.SGLDSettings(**SETTINGS)
+      _loss, w_next, data, key=keys[2], settings=SGLDSettings(**SETTINGS)
     )
   assert n == [0]
   assert (
@@ -88,7 +88,7 @@ def test_repeated_bif_and_susceptibility_calls_compile_nothing():
   queries, probes = jax.tree.map(lambda a: a[:4], data), jax.tree.map(lambda a: a[4:10], data)
   call_bif = lambda key, w: sus.bif(_per_sample, w, data, queries, probes, key=key, **SETTINGS)
   call_chi = lambda key, w: sus.estimate_susceptibilities(
-    _per_sample, w, data, probes, key=key, eval_size=64, settings=sgld.SGLDSettings(**SETTINGS)
+    _per_sample, w, data, probes, key=key, eval_size=64, settings=SGLDSettings(**SETTINGS)
   )
   ws, keys = [_w(v) for v in (1.0, 0.9, 0.8)], jax.random.split(jax.random.PRNGKey(0), 5)
   call_bif(keys[0], ws[0])

@@ -9,33 +9,34 @@ import pytest
 
 from mechjax import config
 from mechjax.slt import llc as llc_lib
-from mechjax.slt import sgld
 from mechjax.slt import susceptibility as sus
+from mechjax.slt.settings import SGLDSettings
+from mechjax.slt.settings import settings_from
 from tests.slt.test_programs import _data
 from tests.slt.test_programs import _loss
 from tests.slt.test_programs import _per_sample
 from tests.slt.test_programs import _w
 
-BASE = sgld.SGLDSettings(step_size=1e-4, localization=10.0, batch_size=32, num_chains=2)
+BASE = SGLDSettings(step_size=1e-4, localization=10.0, batch_size=32, num_chains=2)
 
 
 def test_overrides_replace_the_settings_fields_and_none_keeps_them():
-  s = sgld.settings_from(BASE, num_draws=7, nbeta=None)
+  s = settings_from(BASE, num_draws=7, nbeta=None)
   assert s == dataclasses.replace(BASE, num_draws=7)
-  assert sgld.settings_from(BASE) is BASE
-  loose = sgld.settings_from(step_size=1e-4, localization=10.0, batch_size=32, num_chains=2)
+  assert settings_from(BASE) is BASE
+  loose = settings_from(step_size=1e-4, localization=10.0, batch_size=32, num_chains=2)
   assert loose == BASE
   with pytest.raises(config.ConfigError, match="num_draws"):
-    sgld.settings_from(BASE, num_draws=0)
+    settings_from(BASE, num_draws=0)
 
 
 def test_a_name_that_is_not_a_setting_is_refused_in_every_entry_point():
   with pytest.raises(TypeError, match=r"unknown SGLD settings \['num_chain'\].*num_chains"):
-    sgld.settings_from(BASE, num_chain=4)
+    settings_from(BASE, num_chain=4)
   with pytest.raises(TypeError, match=r"missing the SGLD settings \['batch_size'\]"):
-    sgld.settings_from(step_size=1e-4, localization=10.0)
+    settings_from(step_size=1e-4, localization=10.0)
   with pytest.raises(TypeError, match="settings must be an SGLDSettings; got dict"):
-    sgld.settings_from({"step_size": 1e-4})
+    settings_from({"step_size": 1e-4})
   data, key = _data(), jax.random.PRNGKey(0)
   calls = [
     lambda: llc_lib.estimate_llc(_loss, _w(1.0), data, key=key, settings=BASE, draws=5),

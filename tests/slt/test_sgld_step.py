@@ -4,7 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mechjax.slt import sgld
+from mechjax.slt import langevin
+from mechjax.slt import params as params_lib
 
 
 def _loss(w, batch):
@@ -16,7 +17,7 @@ def test_the_potential_is_the_tempered_localised_loss_and_its_gradient_is_masked
   x, y = rng.normal(size=(16, 3)), rng.normal(size=16)
   w, star = {"w": rng.normal(size=3)}, {"w": rng.normal(size=3)}
   mask = {"w": np.array([1.0, 0.0, 1.0])}
-  u, loss, grad_u, grad_l = sgld.potential_and_grad(
+  u, loss, grad_u, grad_l = langevin.potential_and_grad(
     _loss, w, star, {"x": x, "y": y}, mask, nbeta=7.0, localization=3.0
   )
   r = x @ w["w"] - y
@@ -31,9 +32,9 @@ def test_the_potential_is_the_tempered_localised_loss_and_its_gradient_is_masked
 
 def test_the_rmsprop_preconditioner_and_plain_sgld():
   v, g = {"w": jnp.array([1.0, 4.0])}, {"w": jnp.array([2.0, 0.0])}
-  same, ones = sgld.rmsprop_preconditioner(v, g, None, 1e-8)
+  same, ones = langevin.rmsprop_preconditioner(v, g, None, 1e-8)
   assert same is v and np.array_equal(ones["w"], [1.0, 1.0])
-  v2, precond = sgld.rmsprop_preconditioner(v, g, 0.9, 0.5)
+  v2, precond = langevin.rmsprop_preconditioner(v, g, 0.9, 0.5)
   np.testing.assert_allclose(v2["w"], [0.9 + 0.4, 3.6], rtol=1e-6)
   np.testing.assert_allclose(precond["w"], 1 / (np.sqrt([1.3, 3.6]) + 0.5), rtol=1e-6)
 
@@ -42,7 +43,7 @@ def test_the_langevin_step_drifts_down_the_gradient_and_adds_scaled_masked_noise
   w, grad = {"w": jnp.array([1.0, 2.0, 3.0])}, {"w": jnp.array([4.0, -2.0, 1.0])}
   precond, mask = {"w": jnp.array([1.0, 0.25, 4.0])}, {"w": jnp.array([1.0, 1.0, 0.0])}
   z = {"w": jnp.array([0.5, -1.0, 2.0])}
-  w_new, noise = sgld.langevin_step(w, grad, precond, z, mask, step_size=0.01)
+  w_new, noise = langevin.langevin_step(w, grad, precond, z, mask, step_size=0.01)
   want_noise = np.sqrt(0.01 * np.array([1.0, 0.25, 4.0])) * np.array([0.5, -1.0, 0.0])
   np.testing.assert_allclose(noise["w"], want_noise, rtol=1e-6)
   drift = 0.005 * np.array([1.0, 0.25, 4.0]) * np.array([4.0, -2.0, 1.0])
@@ -56,13 +57,13 @@ def test_the_mala_acceptance_is_the_metropolis_hastings_ratio_of_the_langevin_pr
   log_ratio = w**2 / 2 - w_new**2 / 2 + log_q(w, w_new) - log_q(w_new, w)
   want = min(1.0, np.exp(log_ratio))
   arr = lambda v: {"w": jnp.array([v])}  # noqa: E731
-  got = sgld.mala_acceptance(
+  got = langevin.mala_acceptance(
     w**2 / 2, w_new**2 / 2, arr(w), arr(w_new), arr(w), arr(w_new), arr(1.0), arr(1.0), eps
   )
   assert got.dtype == jnp.float32 and 0.05 < want < 0.95
   np.testing.assert_allclose(got, want, rtol=1e-5)
   # The move back is accepted with probability one when the forward one is not.
-  back = sgld.mala_acceptance(
+  back = langevin.mala_acceptance(
     w_new**2 / 2, w**2 / 2, arr(w_new), arr(w), arr(w_new), arr(w), arr(1.0), arr(1.0), eps
   )
   assert float(back) == 1.0
@@ -70,7 +71,7 @@ def test_the_mala_acceptance_is_the_metropolis_hastings_ratio_of_the_langevin_pr
 
 def test_sampled_part_keeps_each_float_leaf_s_noise_slot():
   full = {"a": jnp.ones(2), "n": jnp.arange(3), "b": jnp.ones(4)}  # an integer leaf in between
-  star, fixed, mask, (slots, num) = sgld._sampled_part(full, None, (True, False, False))
+  star, fixed, mask, (slots, num) = params_lib.sampled_part(full, None, (True, False, False))
   assert jax.tree.leaves(star)[0].shape == (2,) and num == 2 and list(slots) == [0]
-  star, fixed, mask, (slots, num) = sgld._sampled_part(full, None, None)
+  star, fixed, mask, (slots, num) = params_lib.sampled_part(full, None, None)
   assert list(slots) == [0, 1] and num == 2

@@ -9,6 +9,7 @@ from mechjax import slt
 from mechjax.data import tokens
 from mechjax.slt import sgld
 from mechjax.slt import stream
+from mechjax.slt.settings import settings_from
 from tests.helpers import MeanDraw
 
 VOCAB = 13
@@ -92,7 +93,7 @@ def test_the_streamed_llc_is_the_in_memory_llc_with_the_same_key(corpus):
 def test_an_accumulator_sees_the_same_draws_streamed(corpus):
   ids, params = corpus
   windows = tokens.disk_windows(ids, 8)
-  s = sgld.settings_from(**{k: v for k, v in SETTINGS.items() if k != "star_loss"})
+  s = settings_from(**{k: v for k, v in SETTINGS.items() if k != "star_loss"})
   args = (bigram_loss, params)
   memory = sgld.sample_chains(
     *args, np.asarray(windows, np.int32), jax.random.key(5), s, accumulator=MeanDraw()

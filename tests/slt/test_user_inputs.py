@@ -192,3 +192,51 @@ def test_data_leaves_of_different_lengths_are_refused_in_one_line_before_the_los
     )
   )
   assert "data['x'] has 256, data['y'] has 10" in message, message
+
+
+def test_the_loss_shape_check_does_not_keep_a_closure_alive():
+  """The input check remembers each loss's output shape, weakly: a loss made per call (a closure
+  over a large model, say) is freed when the caller drops it, and a bound method is remembered by
+  its object."""
+  import gc
+  import weakref
+
+  from mechjax.slt import inputs
+
+  data, w = _data(), {"w": jnp.ones(3)}
+  scale = jnp.ones(())  # the closure holds an array, as a loss over a model's constants would
+  closure = lambda params, batch: loss_fn(params, batch) * scale
+  inputs.check_loss(closure, w, data, batch_size=8)
+  assert closure in inputs._LOSS_SHAPES  # remembered while it lives
+  ref = weakref.ref(closure)
+  del closure
+  gc.collect()
+  assert ref() is None, "the loss-shape cache kept a dropped loss alive"
+
+  class Model:
+    def loss(self, params, batch):
+      return loss_fn(params, batch)
+
+  model = Model()
+  inputs.check_loss(model.loss, w, data, batch_size=8)
+  assert model in inputs._LOSS_SHAPES  # keyed by the object: the bound method is new each time
+  with pytest.raises(ValueError, match="must be a scalar"):
+    inputs.check_loss(per_sample_loss, w, data, batch_size=8)
+
+
+def test_the_accumulator_protocol_matches_the_accumulators():
+  """``slt.chain.Accumulator`` documents the methods the chain calls; the library's accumulators
+  take exactly those parameters."""
+  import inspect
+
+  from mechjax.slt import chain
+  from mechjax.slt import moments
+
+  def params(fn):
+    return [p for p in inspect.signature(fn).parameters if p != "self"]
+
+  want = {m: params(getattr(chain.Accumulator, m)) for m in ("init", "update")}
+  assert want == {"init": ["params_star", "data"], "update": ["state", "w", "step", "data"]}
+  for acc in (moments.StreamedMoments, moments.SegmentedMoments):
+    assert params(acc.init) == want["init"], acc
+    assert len(params(acc.update)) == 4 and params(acc.update)[1:] == want["update"][1:], acc
