@@ -277,6 +277,7 @@ def _onto_layout(program, layout):
   call.lower = lambda *args: program.lower(*jax.tree.map(move, args))
   return call
 
+
 def per_sample_star_losses(loss_fn, params_star, data, chunk: int = 256) -> jax.Array:
   """``(n,)``: ``loss_fn(params_star, sample_i)`` for every sample of ``data``, each sample as a
   batch of one (``lax.map`` over chunks of ``chunk`` samples, vmapped within a chunk). Their batch
