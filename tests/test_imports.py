@@ -1,5 +1,5 @@
-"""The package's import graph has no cycle: every module can be imported on its own, in any
-order."""
+"""The package's import graph has no cycle (every module can be imported on its own, in any
+order), and no import runs from a lower layer to a higher one."""
 
 import ast
 import os
@@ -86,3 +86,46 @@ def test_the_cycle_finder_finds_a_planted_cycle():
   graph["mechjax.slt.moments"] = graph["mechjax.slt.moments"] | {"mechjax.slt.susceptibility"}
   cycle = find_cycle(graph)
   assert cycle is not None and cycle[0] == cycle[-1] and "mechjax.slt.moments" in cycle
+
+
+# The layers, from the bottom: a module may import its own layer and the ones below, never above,
+# not even inside a function (a lower layer that needs a helper from a higher one is a sign that the
+# helper belongs lower).
+BASE = ("mechjax", "mechjax.config", "mechjax.rng", "mechjax.sharding", "mechjax.plotting")
+BASE += ("mechjax.report",)
+LAYERS = {"data": 1, "models": 2, "train": 3, "slt": 4, "similarity": 4, "align": 5}
+LAYERS |= {"studies": 6, "cli": 7}
+
+
+def layer_of(module: str) -> int:
+  """The layer of a mechjax module (see :data:`LAYERS`); a module that none names is an error, so
+  that a new top-level module must be given a place."""
+  if module in BASE:
+    return 0
+  top = module.split(".")[1]
+  if top not in LAYERS:
+    raise AssertionError(f"{module} is in no layer: add it to BASE or LAYERS in {__file__}")
+  return LAYERS[top]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+  return [
+    f"{m} (layer {layer_of(m)}) imports {e} (layer {layer_of(e)})"
+    for m, edges in sorted(graph.items())
+    for e in sorted(edges)
+    if layer_of(e) > layer_of(m)
+  ]
+
+
+def test_no_import_runs_up_the_layers():
+  graph = import_graph()
+  assert "mechjax.train.loop" in graph["mechjax.train.sae"]  # training an SAE is training
+  assert not upward_imports(graph), "\n".join(upward_imports(graph))
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+  graph = import_graph()
+  graph["mechjax.models.sae"] = graph["mechjax.models.sae"] | {"mechjax.train.loop"}
+  assert upward_imports(graph) == [
+    "mechjax.models.sae (layer 2) imports mechjax.train.loop (layer 3)"
+  ]

@@ -213,7 +213,7 @@ def invariances(report, key, width):
     "L<->R swap of a random half of the units": with_mlp(swap),
     "rotation of the residual basis (embedding and head with it)": bl.rotate_residual(
       model, params, q
-    ),
+    )[1],
   }
   for name, tp in transformed.items():
     other = bl.to_layers(model, tp)

@@ -11,7 +11,7 @@ recipe of McCann 2026, "Polymorphism Is Rotation", which both polymorphism studi
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -71,29 +71,6 @@ def diff_of_means(acts: jax.Array, labels: jax.Array) -> jax.Array:
   binary labels."""
   w = labels.astype(acts.dtype)[:, None]
   return jnp.sum(acts * w, axis=0) / jnp.sum(w) - jnp.sum(acts * (1 - w), axis=0) / jnp.sum(1 - w)
-
-
-def residual_sites(names: Sequence[str]) -> list[str]:
-  """The distinct points of the residual stream among a model's site names (in stream order):
-  every ``resid_*`` site but ``resid_pre_{l+1}``, which is the same point as ``resid_post_l``."""
-  return [
-    s
-    for s in names
-    if s.startswith("resid_") and (s == "resid_pre_0" or not s.startswith("resid_pre"))
-  ]
-
-
-def steer_at(sites: Sequence[str], index: jax.Array, v: jax.Array) -> dict[str, jax.Array]:
-  """The ``steer`` argument of a model's ``apply`` that adds ``v`` at one site and zeros at the
-  others.
-
-  Args:
-    sites: the sites the dict covers, in a fixed order (the same pytree for every ``index``).
-    index: the position in ``sites`` of the site to steer; it may be traced, so one compiled
-      program steers at every site.
-    v: the ``(d,)`` vector to add there.
-  """
-  return {s: jnp.where(i == index, 1.0, 0.0) * v for i, s in enumerate(sites)}
 
 
 def measure_alignment(

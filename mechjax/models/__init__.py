@@ -18,6 +18,7 @@ from mechjax.models import deep_linear
 from mechjax.models import mlp
 from mechjax.models import pretrained
 from mechjax.models import sae
+from mechjax.models import sites
 from mechjax.models import transformer
 from mechjax.models.bilinear import Bilinear
 from mechjax.models.bilinear import BilinearBlock
@@ -43,5 +44,6 @@ __all__ = [
   "pretrained",
   "sae",
   "sae_loss",
+  "sites",
   "transformer",
 ]

@@ -411,11 +411,11 @@ def swap_left_right(layer: Layer, mask) -> Layer:
   }
 
 
-def rotate_residual(model: BilinearNet, params: dict, q: jax.Array) -> dict:
-  """The params of ``model`` with the residual stream written in the basis ``q`` (orthogonal
+def rotate_residual(model: BilinearNet, params: dict, q: jax.Array) -> tuple[BilinearNet, dict]:
+  """``(model, params)`` with the residual stream written in the basis ``q`` (orthogonal
   ``d_model × d_model``): ``embed → q·embed``, every block reads through ``qᵀ`` (``L, R → L qᵀ, R
   qᵀ``, the bias column untouched) and writes through ``q`` (``D → q D``), and ``head → head·qᵀ``.
-  The function is unchanged."""
+  The function is unchanged, and so is the model."""
   if not isinstance(model, BilinearNet):
     raise ValueError(f"rotate_residual needs a BilinearNet; got {type(model).__name__}")
   if q.shape != (model.d_model, model.d_model):
@@ -431,4 +431,4 @@ def rotate_residual(model: BilinearNet, params: dict, q: jax.Array) -> dict:
     mlp["out"] = q @ mlp["out"]
     p[f"block_{i}"] = {"mlp": mlp}
   p["head"] = {"weight": p["head"]["weight"] @ q.T}
-  return {"params": p} if outer else p
+  return model, ({"params": p} if outer else p)

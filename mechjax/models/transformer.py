@@ -9,9 +9,10 @@ linear readout heads (for example token, depth and validity for Dyck) share a fi
 "resid_post_0", …}``, each ``(B, T, d_model)``: the activations the alignment pillar compares across
 seeds. ``model.apply(params, tokens, mutable=["intermediates"])`` also returns every layer's
 attention pattern, ``(B, heads, T_query, T_key)``, at
-``["intermediates"]["attn_{l}"]["attention"][0]`` (see :func:`attention_patterns`). ``steer={site:
-v}`` adds ``v`` (``(d_model,)`` or anything broadcastable to ``(B, T, d_model)``) to the stream at
-that site, and everything downstream (later sites included) sees the steered stream.
+``["intermediates"]["attn_{l}"]["attention"][0]`` (see
+:func:`mechjax.models.sites.attention_patterns`). ``steer={site: v}`` adds ``v`` (``(d_model,)``
+or anything broadcastable to ``(B, T, d_model)``) to the stream at that site, and everything
+downstream (later sites included) sees the steered stream.
 :func:`fold_rmsnorm_gains` moves every RMSNorm gain into the weights that read the normalised
 stream, which leaves the function unchanged and makes the residual basis the only free choice
 between models.
@@ -26,6 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from mechjax.models import sites as sites_lib
+from mechjax.models.sites import attention_patterns  # noqa: F401  (one function for both models)
 
 
 def leading(v: jax.Array, x: jax.Array) -> jax.Array:
@@ -96,10 +100,7 @@ class Transformer(nn.Module):
       raise ValueError(
         f"tokens must have shape (B, T) with T <= max_len={self.max_len}; got {tokens_BxT.shape}"
       )
-    steer = dict(steer or {})
-    unknown = sorted(set(steer) - set(site_names(self.num_layers)))
-    if unknown:
-      raise ValueError(f"cannot steer at {unknown}; sites are {site_names(self.num_layers)}")
+    steer = sites_lib.check_steer(steer, site_names(self))
     t = tokens_BxT.shape[1]
     embed = nn.Embed(self.vocab_size, self.d_model, name="embed")
     pos = self.param("pos_embed", nn.initializers.normal(0.02), (self.max_len, self.d_model))
@@ -145,14 +146,6 @@ def attention_only(
     num_heads=num_heads,
     max_len=length,
     attn_only=True,
-  )
-
-
-def attention_patterns(model: Transformer, params, tokens_BxT) -> jax.Array:
-  """Every layer's attention weights, ``(layers, B, heads, T_query, T_key)``."""
-  _, state = model.apply(params, tokens_BxT, mutable=["intermediates"])
-  return jnp.stack(
-    [state["intermediates"][f"attn_{l}"]["attention"][0] for l in range(model.num_layers)]
   )
 
 
@@ -204,11 +197,12 @@ def head_masks(params, num_layers: int, num_heads: int) -> dict[str, dict]:
   return masks
 
 
-def site_names(num_layers: int) -> list[str]:
-  """Every residual site in the order the stream passes them. ``resid_pre_{l+1}`` is the same point
-  of the stream as ``resid_post_{l}`` (steering both adds both vectors there)."""
+def site_names(model: Transformer) -> list[str]:
+  """Every site of ``model``, in the order the stream passes them: its residual sites.
+  ``resid_pre_{l+1}`` is the same point of the stream as ``resid_post_{l}`` (steering both adds
+  both vectors there)."""
   names = []
-  for layer in range(num_layers):
+  for layer in range(model.num_layers):
     names += [f"resid_pre_{layer}", f"resid_mid_{layer}", f"resid_post_{layer}"]
   return names
 
@@ -239,10 +233,11 @@ def fold_rmsnorm_gains(params: dict, num_layers: int, attn_only: bool = False) -
 
 
 def rotate_residual(
-  params: dict, q: jax.Array, num_layers: int, attn_only: bool = False, scale: float = 1.0
-) -> dict:
-  """The same function with its residual stream expressed in another basis: every site becomes
-  ``scale · x @ q``.
+  model: Transformer, params: dict, q: jax.Array, scale: float = 1.0
+) -> tuple[Transformer, dict]:
+  """``(model, params)`` of the same function with its residual stream expressed in another basis:
+  every site becomes ``scale · x @ q``. ``params`` are the variables ``{"params": ...}``; the
+  model is returned unchanged.
 
   ``q`` must be orthogonal (``d_model × d_model``). RMSNorm commutes with rotations only when its
   gains are uniform, so the gains are folded first (:func:`fold_rmsnorm_gains`). Then every weight
@@ -255,6 +250,7 @@ def rotate_residual(
   RMSNorm, so this is a symmetry too, exact up to the norm's ``eps``: the residual stream of a
   pre-norm transformer is determined only up to a rotation *and* a global scale.
   """
+  num_layers, attn_only = model.num_layers, model.attn_only
   p = fold_rmsnorm_gains(params, num_layers, attn_only)
   inner = p["params"]
   write = lambda w: scale * jnp.tensordot(w, q, axes=(w.ndim - 1, 0))  # scale · (..., d) @ q
@@ -271,4 +267,4 @@ def rotate_residual(
       inner[f"mlp_out_{layer}"] = {"kernel": write(inner[f"mlp_out_{layer}"]["kernel"])}
   for name in [k for k in inner if k.startswith("head_")]:
     inner[name] = {"kernel": read(inner[name]["kernel"])}
-  return p
+  return model, p

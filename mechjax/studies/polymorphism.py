@@ -185,7 +185,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   figures."""
   model = model_of(cfg)
   summary = {
-    "sites": analysis.analysis_sites(cfg.num_layers),
+    "sites": analysis.analysis_sites(model),
     "optimizers": {},
     "d_model": cfg.d_model,
   }

@@ -17,11 +17,13 @@ from mechjax import rng
 from mechjax.align import haar
 from mechjax.align import transfer
 from mechjax.models import sae as sae_lib
+from mechjax.models import sites as sites_lib
 from mechjax.models.transformer import Transformer
 from mechjax.models.transformer import seed_activations
 from mechjax.models.transformer import site_names
 from mechjax.similarity import representational as rep
 from mechjax.train import metrics
+from mechjax.train import sae as train_sae
 from mechjax.train.metrics import finite_mean
 
 HAAR_STATS = tuple(haar.TAILS)  # every statistic of mechjax.align.haar.haar_test
@@ -30,9 +32,9 @@ BASIS_STATS = ("signed_permutation_distance", "max_abs_entry_per_row", "entry_ku
 PAIR_KEYS = ("cross_covariance_rank", "cross_covariance_condition", "rotation_split_half_agreement")
 
 
-def analysis_sites(num_layers: int) -> list[str]:
-  """The distinct residual sites (:func:`mechjax.align.transfer.residual_sites`)."""
-  return transfer.residual_sites(site_names(num_layers))
+def analysis_sites(model: Transformer) -> list[str]:
+  """The distinct residual sites of ``model`` (:func:`mechjax.models.sites.residual_sites`)."""
+  return sites_lib.residual_sites(site_names(model))
 
 
 @jax.jit
@@ -57,7 +59,7 @@ def analyze(
   """
   seed = cfg.run.seed
   num_seeds, d = cfg.run.num_seeds, cfg.d_model
-  sites = analysis_sites(cfg.num_layers)
+  sites = analysis_sites(model)
   draw = jax.jit(sample, static_argnums=1)
   fit_batch = draw(rng.key(seed, "fit-batch"), cfg.fit_sequences)
   eval_batch = draw(rng.key(seed, "held-out-batch"), cfg.eval_sequences)
@@ -69,7 +71,7 @@ def analyze(
   # SAEs: one per (site, seed), on the fit activations scaled to unit RMS entry, so that one
   # learning rate suits every site.
   sae_model = sae_lib.SAE(cfg.sae_latents, top_k=cfg.sae_top_k or None)
-  saes, sae_mse = sae_lib.train_unit_rms_saes(
+  saes, sae_mse = train_sae.train_unit_rms_saes(
     sae_model,
     jnp.concatenate([fit[s] for s in sites]),
     rng.key(seed, "sae"),
@@ -83,7 +85,9 @@ def analyze(
 
   @jax.jit  # the validity margin with a vector added at one site: one program for every site
   def margin(params, site_index, vec):
-    out = model.apply(params, eval_batch["tokens"], steer=transfer.steer_at(sites, site_index, vec))
+    out = model.apply(
+      params, eval_batch["tokens"], steer=sites_lib.steer_at(sites, site_index, vec)
+    )
     return jnp.mean(out["valid"][..., 1] - out["valid"][..., 0])
 
   params_list = [jax.tree.map(lambda a: a[s], jax.device_get(params_S)) for s in range(num_seeds)]

@@ -25,8 +25,10 @@ Outputs: ``summary.json``, ``rotations.npz`` (``R`` per site) and ``figures/alig
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from mechjax import config
@@ -36,6 +38,7 @@ from mechjax.align import haar
 from mechjax.align import transfer
 from mechjax.data import tokens as tokens_lib
 from mechjax.models import pretrained
+from mechjax.models import sites as sites_lib
 from mechjax.studies import frame
 
 NAME = "pretrained_polymorphism"
@@ -85,7 +88,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   model_a, params_a = pretrained.load(cfg.model_a)
   model_b, params_b = pretrained.load(cfg.model_b)
   a, b = model_a.arch, model_b.arch
-  pretrained.check_pair(a, b, cfg.seq_len)
+  check_pair(a, b, cfg.seq_len)
   d = a.d_model
   if cfg.fit_windows * cfg.seq_len < d:
     raise config.ConfigError(
@@ -98,15 +101,13 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   held_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.held_windows, cfg.seed, "held-windows")
   for arch in (a, b):
     pretrained.check_tokens(arch, fit_w)
-  in_b = set(pretrained.site_names(b))
-  sites = [s for s in transfer.residual_sites(pretrained.site_names(a)) if s in in_b]
+  in_b = set(pretrained.site_names(model_b))
+  sites = [s for s in sites_lib.residual_sites(pretrained.site_names(model_a)) if s in in_b]
   ctx.log(
     f"{len(sites)} residual sites, d = {d}; {fit_w.size} fit and {held_w.size} held-out tokens"
   )
   acts = {  # {model: {split: {site: (windows·seq_len, d)}}}, float64, window-major
-    name: pretrained.site_activations(
-      model, params, {"fit": fit_w, "held": held_w}, sites, cfg.batch_windows
-    )
+    name: site_activations(model, params, {"fit": fit_w, "held": held_w}, sites, cfg.batch_windows)
     for name, model, params in (("a", model_a, params_a), ("b", model_b, params_b))
   }
   # The concept: the fit windows' most frequent next token, labelled at every position but the last
@@ -115,9 +116,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   labels = (fit_w[:, 1:] == target_token).ravel()
   with_next = lambda x: x.reshape(cfg.fit_windows, cfg.seq_len, d)[:, :-1].reshape(-1, d)
   # B's mean log p(target_token) on the held-out windows, with a vector added at a site.
-  log_p = pretrained.steered_log_prob(
-    model_b, params_b, sites, held_w, target_token, cfg.batch_windows
-  )
+  log_p = steered_log_prob(model_b, params_b, sites, held_w, target_token, cfg.batch_windows)
   clean = log_p(0, np.zeros(d))
   rows, rotations = {}, {}
   for si, site in enumerate(sites):
@@ -220,3 +219,78 @@ def plot(summary: dict, path: str) -> str:
     ax.legend(fontsize=8)
     ax.set_xticks(x, sites, rotation=45, ha="right", fontsize=7)
   return plotting.save(fig, path)
+
+
+def check_pair(
+  a: pretrained.Arch,
+  b: pretrained.Arch,
+  seq_len: int,
+  names: Sequence[str] = ("model_a", "model_b"),
+) -> None:
+  """Refuses two checkpoints whose residual streams cannot be compared on the same windows: a
+  different ``d_model`` or ``vocab_size`` (a :class:`mechjax.config.ConfigError` naming the settings
+  ``names`` that hold them), or windows of ``seq_len`` tokens beyond either one's position limit
+  (naming ``seq_len``)."""
+  for what in ("d_model", "vocab_size"):
+    if getattr(a, what) != getattr(b, what):
+      got = f"got {getattr(a, what)} and {getattr(b, what)}"
+      raise config.ConfigError(list(names), f"must have the same {what}; {got}")
+  limit = min(a.max_positions, b.max_positions)
+  if seq_len > limit:
+    raise config.ConfigError(
+      ["seq_len"], f"must be at most {limit}, the models' position limit (max_position_embeddings)"
+    )
+
+
+def site_activations(
+  model: pretrained.DecoderLM, params: dict, windows: dict, sites: Sequence[str], batch: int
+) -> dict[str, dict[str, np.ndarray]]:
+  """The activations at ``sites`` over each set of token windows (``{name: (B, T) tokens}``),
+  ``batch`` windows per call of one compiled program: ``{name: {site: (B·T, d_model) float64}}``,
+  window-major."""
+  forward = jax.jit(
+    lambda p, t: {
+      s: x for s, x in model.apply({"params": p}, t, return_sites=True)[1].items() if s in sites
+    }
+  )
+  out = {}
+  for name, w in windows.items():
+    parts = [jax.device_get(forward(params, w[i : i + batch])) for i in range(0, len(w), batch)]
+    out[name] = {
+      s: np.concatenate([p[s] for p in parts]).reshape(-1, model.arch.d_model).astype(np.float64)
+      for s in sites
+    }
+  return out
+
+
+def steered_log_prob(
+  model: pretrained.DecoderLM, params: dict, sites: Sequence[str], windows, token: int, batch: int
+) -> Callable[[int, np.ndarray], float]:
+  """``log_p(site_index, v)``: the model's mean log-probability of the next token being ``token``,
+  over every position of the token ``windows`` ``(B, T)``, with ``v`` added to the residual stream
+  at ``sites[site_index]`` (:func:`mechjax.models.sites.steer_at`; a zero ``v`` gives the
+  unsteered value). The windows go ``batch`` at a time through one compiled program for every site
+  and vector, and the batches' means are averaged with their sizes as weights.
+
+  Args:
+    model: the model to steer.
+    params: its params (without the ``"params"`` wrapper).
+    sites: the sites a vector may be added at, in a fixed order.
+    windows: the token windows the mean is taken over.
+    token: the token whose log-probability is measured.
+    batch: windows per forward pass (bounds the memory of the logits).
+  """
+
+  @jax.jit
+  def mean_log_p(params, site_index, v, tokens):
+    logits = model.apply({"params": params}, tokens, steer=sites_lib.steer_at(sites, site_index, v))
+    return jnp.mean(jax.nn.log_softmax(logits.astype(jnp.float32))[..., token])
+
+  chunks = [windows[i : i + batch] for i in range(0, len(windows), batch)]
+
+  def log_p(site_index: int, v) -> float:
+    v = jnp.asarray(v, jnp.float32)
+    vals = [mean_log_p(params, site_index, v, c) for c in chunks]
+    return np.average(np.asarray(vals), weights=[len(c) for c in chunks])
+
+  return log_p

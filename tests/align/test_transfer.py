@@ -7,13 +7,13 @@ from mechjax.align.procrustes import split_half_agreement
 from mechjax.align.transfer import diff_of_means
 from mechjax.align.transfer import explained_variance
 from mechjax.align.transfer import measure_alignment
-from mechjax.align.transfer import residual_sites
 from mechjax.align.transfer import rotate_vector
 from mechjax.align.transfer import sae_transfer
-from mechjax.align.transfer import steer_at
 from mechjax.align.transfer import steering_transfer
 from mechjax.align.transfer import transfer_reconstruct
 from mechjax.models.sae import SAE
+from mechjax.models.sites import residual_sites
+from mechjax.models.sites import steer_at
 
 RNG = np.random.default_rng(0)
 

@@ -10,8 +10,8 @@ from mechjax.models.sae import decoder
 from mechjax.models.sae import kth_largest
 from mechjax.models.sae import max_cosine
 from mechjax.models.sae import sae_loss
-from mechjax.models.sae import train_saes
 from mechjax.train import loop
+from mechjax.train.sae import train_saes
 
 D, M, TRUE = 16, 32, 12
 

@@ -110,7 +110,7 @@ def test_rotating_the_residual_stream_is_an_exact_symmetry(attn_only):
   tokens = dyck.sample_dyck(KEY, 4, length=16, max_depth=4)["tokens"]
   params = _random_gains(model.init(KEY, tokens))
   q = haar_orthogonal(jax.random.PRNGKey(3), SMALL["d_model"])
-  rotated = rotate_residual(params, q, num_layers=2, attn_only=attn_only)
+  _, rotated = rotate_residual(model, params, q)
   out, sites = model.apply(params, tokens, return_sites=True)
   out_r, sites_r = model.apply(rotated, tokens, return_sites=True)
   for head in out:
@@ -131,7 +131,7 @@ def test_steering_adds_the_vector_at_its_site_and_only_downstream():
   out, sites = model.apply(params, tokens, return_sites=True)
   v = jax.random.normal(jax.random.PRNGKey(1), (SMALL["d_model"],))
   out_s, sites_s = model.apply(params, tokens, return_sites=True, steer={"resid_mid_1": v})
-  order = site_names(2)
+  order = site_names(model)
   for name in order[: order.index("resid_mid_1")]:
     np.testing.assert_array_equal(sites_s[name], sites[name])
   np.testing.assert_allclose(

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from mechjax.models import pretrained
+from mechjax.models.pretrained import families
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints")
 NAMES = ("gpt2", "gpt_neox", "gpt_neox_sequential", "llama_gqa", "qwen2")
@@ -63,7 +64,7 @@ def test_logits_sites_and_loss_gradients_match_transformers(name):
   hf = {k[5:]: v for k, v in want.items() if k.startswith("grad/")}
   tensors = pretrained.read_weights(os.path.join(HERE, name))
   source = {k: hf.get(k, np.zeros(v.shape, np.float32)) for k, v in tensors.items()}
-  prefix = pretrained._PREFIXES[model.arch.family]
+  prefix = families.prefix(model.arch)
   get = lambda key, shape: np.asarray(
     source.get(prefix + key, source.get(key)),
     np.float32,
@@ -92,7 +93,7 @@ def program_shapes(jaxpr):
 
 def test_the_chunked_head_is_logsumexp_and_its_gradient_without_the_logits(monkeypatch):
   # 7 chunks of 16 columns for a vocabulary of 100: the last chunk is padded.
-  monkeypatch.setattr(pretrained, "VOCAB_CHUNK", 16)
+  monkeypatch.setattr(pretrained.model, "VOCAB_CHUNK", 16)
   rng = np.random.default_rng(0)
   n, d, v = 12, 8, 100
   x = jnp.asarray(rng.normal(size=(n, d)), jnp.float32)
@@ -354,17 +355,3 @@ def test_pytorch_model_bin_without_torch_says_how_to_convert(tmp_path):
   (folder / "config.json").unlink()
   with pytest.raises(pretrained.CheckpointError, match="has no config.json"):
     pretrained.load(folder)
-
-
-def test_site_activations_are_the_sites_of_one_forward_pass_batch_by_batch():
-  model, params = pretrained.load(os.path.join(HERE, "gpt2"))
-  tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(0), (5, 6), 0, model.arch.vocab_size))
-  sites = pretrained.site_names(model.arch)[:2]
-  acts = pretrained.site_activations(model, params, {"w": tokens, "one": tokens[:1]}, sites, 2)
-  _, expected = model.apply({"params": params}, jnp.asarray(tokens), return_sites=True)
-  assert set(acts) == {"w", "one"} and list(acts["w"]) == sites
-  for s in sites:
-    x = expected[s].reshape(-1, model.arch.d_model)
-    assert acts["w"][s].dtype == np.float64 and acts["w"][s].shape == (30, model.arch.d_model)
-    np.testing.assert_allclose(acts["w"][s], x, rtol=1e-5, atol=1e-6)  # batches of 2, 2 and 1
-    np.testing.assert_allclose(acts["one"][s], x[:6], rtol=1e-5, atol=1e-6)

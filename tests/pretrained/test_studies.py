@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -141,3 +142,19 @@ def test_pretrained_llc_end_to_end_and_rerun(tmp_path):
   assert lines[0].startswith("  gpt_neox: 2 layers, d_model 32") and len(lines) == 12
   # A finished run is read back, not recomputed.
   assert pretrained_llc.run(cfg, tmp_path / "run", progress=False) == summary
+
+
+def test_site_activations_are_the_sites_of_one_forward_pass_batch_by_batch():
+  model, params = pretrained.load(os.path.join(HERE, "gpt2"))
+  tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(0), (5, 6), 0, model.arch.vocab_size))
+  sites = pretrained.site_names(model)[:2]
+  acts = pretrained_polymorphism.site_activations(
+    model, params, {"w": tokens, "one": tokens[:1]}, sites, 2
+  )
+  _, expected = model.apply({"params": params}, jnp.asarray(tokens), return_sites=True)
+  assert set(acts) == {"w", "one"} and list(acts["w"]) == sites
+  for s in sites:
+    x = expected[s].reshape(-1, model.arch.d_model)
+    assert acts["w"][s].dtype == np.float64 and acts["w"][s].shape == (30, model.arch.d_model)
+    np.testing.assert_allclose(acts["w"][s], x, rtol=1e-5, atol=1e-6)  # batches of 2, 2 and 1
+    np.testing.assert_allclose(acts["one"][s], x[:6], rtol=1e-5, atol=1e-6)

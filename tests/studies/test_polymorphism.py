@@ -10,6 +10,7 @@ import pytest
 from absl import flags as absl_flags
 
 from mechjax.align.haar import haar_orthogonal
+from mechjax.models.transformer import Transformer
 from mechjax.models.transformer import fold_rmsnorm_gains
 from mechjax.models.transformer import rotate_residual
 from mechjax.studies import polymorphism as study
@@ -72,8 +73,8 @@ def planted():
   p = _signed_permutation(jax.random.PRNGKey(2), CFG.d_model)
   seeds = [
     fold_rmsnorm_gains(params, CFG.num_layers),
-    rotate_residual(params, q, CFG.num_layers, scale=2.0),
-    rotate_residual(params, p, CFG.num_layers),
+    rotate_residual(model, params, q, scale=2.0)[1],
+    rotate_residual(model, params, p)[1],
   ]
   params_S = jax.tree.map(lambda *a: jnp.stack(a), *seeds)
   out = analysis_lib.analyze(
@@ -83,7 +84,7 @@ def planted():
 
 
 def test_the_sites_are_the_distinct_points_of_the_stream():
-  assert analysis_lib.analysis_sites(2) == [
+  assert analysis_lib.analysis_sites(Transformer(vocab_size=8, num_layers=2)) == [
     "resid_pre_0",
     "resid_mid_0",
     "resid_post_0",
@@ -95,7 +96,7 @@ def test_the_sites_are_the_distinct_points_of_the_stream():
 @pytest.mark.slow
 def test_analysis_recovers_a_planted_rotation_and_its_transfers(planted):
   analysis, rotations, q, _ = planted
-  assert list(analysis) == analysis_lib.analysis_sites(CFG.num_layers)
+  assert list(analysis) == analysis_lib.analysis_sites(study.model_of(CFG))
   for site, a in analysis.items():
     np.testing.assert_allclose(rotations[f"{site}/0_1"], q, atol=2e-3, err_msg=site)
     pair = next(p for p in a["pairs"] if p["seeds"] == [0, 1])
@@ -158,7 +159,7 @@ def test_experiment_writes_the_table_and_figures(tmp_path):
   assert len(check_report(wd)) == 5
   summary = json.loads((wd / "summary.json").read_text())
   sites = summary["optimizers"]["sgd"]["sites"]
-  assert summary["sites"] == analysis_lib.analysis_sites(2)
+  assert summary["sites"] == analysis_lib.analysis_sites(Transformer(vocab_size=8, num_layers=2))
   assert set(sites) == set(summary["sites"])
   for m in sites.values():
     assert all(

@@ -1,0 +1,155 @@
+"""Checkpoint directories: :func:`load` reads a Hugging Face model directory (``config.json`` and
+the weights) into a :class:`~mechjax.models.pretrained.model.DecoderLM` and its params, and
+:func:`save` writes a model in mechjax's own layout, which :func:`load` reads back.
+
+The weights are ``model.safetensors``, sharded ``model-XXXXX-of-YYYYY.safetensors`` with
+``model.safetensors.index.json``, or, where torch is installed, ``pytorch_model.bin``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+from mechjax.models.pretrained import families
+from mechjax.models.pretrained.arch import Arch
+from mechjax.models.pretrained.arch import CheckpointError
+from mechjax.models.pretrained.model import DecoderLM
+from mechjax.models.pretrained.safetensors import read_safetensors
+from mechjax.models.pretrained.safetensors import write_safetensors
+
+
+def read_weights(directory: str) -> dict[str, np.ndarray]:
+  """The checkpoint's tensors by name: ``model.safetensors``, the shards listed in
+  ``model.safetensors.index.json``, or ``pytorch_model.bin`` through torch."""
+  single = os.path.join(directory, "model.safetensors")
+  index = os.path.join(directory, "model.safetensors.index.json")
+  if os.path.exists(single):
+    return read_safetensors(single)
+  if os.path.exists(index):
+    with open(index) as f:
+      shards = sorted(set(json.load(f)["weight_map"].values()))
+    out = {}
+    for shard in shards:
+      out.update(read_safetensors(os.path.join(directory, shard)))
+    return out
+  binary = os.path.join(directory, "pytorch_model.bin")
+  if os.path.exists(binary):
+    try:
+      import torch
+    except ImportError:
+      raise CheckpointError(
+        f"{binary} needs torch to read; install torch, or convert it once where torch is: python "
+        '-c "import torch; from safetensors.torch import save_file; save_file({k: v.contiguous() '
+        f"for k, v in torch.load('{binary}', weights_only=True).items()}}, 'model.safetensors')\""
+      ) from None
+    state = torch.load(binary, map_location="cpu", weights_only=True, mmap=True)
+    out = {}
+    for k, v in state.items():
+      if v.dtype == torch.bfloat16:
+        out[k] = v.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+      else:
+        out[k] = v.numpy()
+    return out
+  raise CheckpointError(
+    f"{directory} has no weights: expected model.safetensors, model.safetensors.index.json with "
+    "its shards, or pytorch_model.bin"
+  )
+
+
+class Weights:
+  """Looks tensors up by Hugging Face name, with or without the base model's prefix, and checks
+  their shapes."""
+
+  def __init__(self, tensors: dict, prefixes: tuple[str, ...], dtype):
+    self.tensors, self.prefixes, self.dtype = tensors, prefixes, dtype
+
+  def has(self, key: str) -> bool:
+    return any(p + key in self.tensors for p in self.prefixes)
+
+  def __call__(self, key: str, shape: tuple[int, ...]) -> np.ndarray:
+    for p in self.prefixes:
+      if p + key in self.tensors:
+        value = self.tensors[p + key]
+        if tuple(value.shape) != tuple(shape):
+          raise CheckpointError(
+            f"weight {p + key} has shape {tuple(value.shape)}; the config implies {tuple(shape)}"
+          )
+        return np.asarray(value, self.dtype)
+    raise CheckpointError(f"weight {self.prefixes[0] + key} is missing from the checkpoint")
+
+
+def load(directory: str | os.PathLike, *, dtype=jnp.float32) -> tuple[DecoderLM, dict]:
+  """``(model, params)`` from a Hugging Face model directory (module docstring); ``model.apply(
+  {"params": params}, tokens_BxT)`` gives the logits. Raises :class:`CheckpointError`, one line,
+  for an unsupported architecture or config value and for a missing or misshapen weight."""
+  directory = os.fspath(directory)
+  path = os.path.join(directory, "config.json")
+  if not os.path.exists(path):
+    raise CheckpointError(f"{directory} has no config.json; pass a Hugging Face model directory")
+  with open(path) as f:
+    cfg = json.load(f)
+  arch = families.arch_from_config(cfg)
+  saved = cfg.get("architectures") == [families.SAVED_ARCHITECTURE]
+  tensors = read_weights(directory)
+  if saved:
+    return _load_saved(arch, tensors, dtype)
+  store = Weights(
+    tensors, (families.prefix(arch), ""), np.dtype(dtype)
+  )  # the body's names, then top-level
+  params = families.params_from_hf(arch, store, store.has)
+  params = jax.tree.map(lambda x: jnp.asarray(x, dtype), params)
+  return DecoderLM(arch, dtype), params
+
+
+def _load_saved(arch: Arch, tensors: dict, dtype) -> tuple[DecoderLM, dict]:
+  """A checkpoint written by :func:`save`: one tensor per param, named by its path."""
+  model = DecoderLM(arch, dtype)
+  store = Weights(tensors, ("",), np.dtype(dtype))
+  params = jax.tree_util.tree_map_with_path(
+    lambda k, s: jnp.asarray(store(param_name(k), s.shape), dtype), param_shapes(model)
+  )
+  return model, params
+
+
+def param_shapes(model: DecoderLM) -> dict:
+  """The model's params as shapes and dtypes (nothing is computed)."""
+  return jax.eval_shape(
+    lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+  )
+
+
+def param_name(path) -> str:
+  return ".".join(str(getattr(k, "key", k)) for k in path)
+
+
+def save(directory: str | os.PathLike, model: DecoderLM, params: dict) -> str:
+  """Writes ``(model, params)`` to a new checkpoint directory that :func:`load` reads back
+  exactly: ``config.json`` (``architectures: ["MechjaxDecoderLM"]`` and the :class:`Arch`) and
+  ``model.safetensors``, one tensor per param named by its path (``attn_0.query.kernel``).
+
+  For a model that is not a Hugging Face checkpoint as it stands: a folded or rotated one
+  (:func:`fold_norms`, :func:`rotate_residual`). This is mechjax's layout, not Hugging Face's:
+  transformers does not read it. A directory that already holds a ``config.json`` or weights is
+  refused, not overwritten. Returns the directory.
+  """
+  directory = os.fspath(directory)
+  for name in ("config.json", "model.safetensors", "model.safetensors.index.json"):
+    if os.path.exists(os.path.join(directory, name)):
+      raise FileExistsError(f"{directory} already holds {name}; save writes a new directory")
+  os.makedirs(directory, exist_ok=True)
+  flat = {param_name(k): np.asarray(v) for k, v in jax.tree_util.tree_leaves_with_path(params)}
+  write_safetensors(os.path.join(directory, "model.safetensors"), flat)
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    cfg = {
+      "architectures": [families.SAVED_ARCHITECTURE],
+      "mechjax_arch": dataclasses.asdict(model.arch),
+    }
+    json.dump(cfg, f, indent=2)
+  return directory
