@@ -12,7 +12,7 @@ config below (the tests' configs: tests/studies/test_*.py, tests/pretrained/test
 ``module.run(module.Config().replace(**tiny), OUT_DIR/<study>, progress=False)``, each in a process
 of its own started from this script (the hidden ``--one=NAME OUT_DIR``) so that the studies cannot
 affect one another; a study with ``CPU_CORES_AS_DEVICES = True`` makes every CPU core a JAX device
-first, as the command line does (:func:`mechjax.train.flags.cpu_cores_as_devices`). JAX runs with
+first, as the command line does (:func:`mechjax.use_all_cpu_cores`). JAX runs with
 its default compile settings: ``JAX_DISABLE_MOST_OPTIMIZATIONS`` (which the tests set) is removed
 from the studies' environment; everything else (``XLA_FLAGS``, ...) is inherited, so run the before
 and the after in the same environment. It writes
@@ -304,12 +304,12 @@ def run_one(name: str, out_dir: str) -> None:
   import jax  # importing JAX does not start it: the device count can still be set
   from absl import logging
 
-  from mechjax.train import flags
+  import mechjax
 
   logging.set_verbosity(logging.WARNING)  # as the command line: orbax logs every save at INFO
   module = importlib.import_module(f"mechjax.studies.{name}")
   if getattr(module, "CPU_CORES_AS_DEVICES", False):
-    flags.cpu_cores_as_devices()  # before JAX starts, as flags.experiment does
+    mechjax.use_all_cpu_cores()  # before JAX runs anything, as mechjax.cli.experiment does
   os.chdir(out_dir)
   tiny = dict(TINY[name])
   if name.startswith("pretrained_"):

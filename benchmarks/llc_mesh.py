@@ -26,7 +26,7 @@ from absl import flags
 
 from benchmarks import pythia
 from benchmarks import timing
-from mechjax.train import flags as shared
+from mechjax import cli
 
 MESHES = ((4, 1), (2, 2), (1, 4))
 flags.DEFINE_integer("chains", 4, "SGLD chains (a multiple of 4).")
@@ -134,5 +134,5 @@ def main(argv):
 
 if __name__ == "__main__":
   for name in ("chains", "draws", "seq_len", "batch_size"):
-    shared.positive_int(name)
+    cli.positive_int(name)
   app.run(main)

@@ -42,10 +42,10 @@ from absl import flags
 
 from benchmarks import peers
 from benchmarks import timing
+from mechjax import cli
 from mechjax.slt import chain as chain_lib
 from mechjax.slt import placement
 from mechjax.slt.settings import SGLDSettings
-from mechjax.train import flags as shared
 
 VOCAB, EMBED, HIDDEN, SEQ, NUM_SEQUENCES = 64, 64, 256, 17, 2048
 SETTINGS = dict(step_size=1e-4, nbeta=10.0, localization=100.0, batch_size=32)
@@ -65,8 +65,8 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_string("inputs", None, "Internal: the .npz with the weights and the data.")
 flags.DEFINE_string("workload", None, "Internal: the workload of a worker.")
-shared.list_of("workloads", WORKLOADS)
-shared.positive_int("repeats")
+cli.list_of("workloads", WORKLOADS)
+cli.positive_int("repeats")
 FLAGS = flags.FLAGS
 
 

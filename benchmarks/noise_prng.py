@@ -22,7 +22,7 @@ from absl import flags
 
 from benchmarks import attention_workload
 from benchmarks import timing
-from mechjax.train import flags as shared
+from mechjax import cli
 
 IMPLS = ("threefry", "rbg", "unsafe_rbg")
 flags.DEFINE_integer("chains", 16, "SGLD chains.")
@@ -79,5 +79,5 @@ def main(argv):
 
 if __name__ == "__main__":
   for name in ("chains", "draws", "repeats"):
-    shared.positive_int(name)
+    cli.positive_int(name)
   app.run(main)

@@ -43,7 +43,7 @@ from absl import flags
 from benchmarks import peers
 from benchmarks import timing
 from benchmarks.pythia import PYTHIA_14M
-from mechjax.train import flags as shared
+from mechjax import cli
 
 SEQ, NUM_WINDOWS, ACTIVE, SUCCESSORS = 32, 1024, 1024, 4
 SETTINGS = dict(step_size=1e-4, nbeta=30.0, localization=100.0)
@@ -55,8 +55,8 @@ flags.DEFINE_integer("pretrain_steps", 100, "Adam steps (torch) before sampling.
 flags.DEFINE_integer("forward_repeats", 10, "Timed forward passes per tool; the best is kept.")
 flags.DEFINE_enum("worker", None, ["mechjax", "devinterp"], "Internal: run one tool.")
 flags.DEFINE_string("checkpoint", None, "Internal: the checkpoint directory of a worker.")
-shared.positive_int("repeats")
-shared.positive_int("forward_repeats")
+cli.positive_int("repeats")
+cli.positive_int("forward_repeats")
 FLAGS = flags.FLAGS
 
 

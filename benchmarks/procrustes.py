@@ -21,8 +21,8 @@ import scipy.linalg
 from absl import flags
 
 from benchmarks.timing import best_time
+from mechjax import cli
 from mechjax.align.procrustes import procrustes_fit
-from mechjax.train import flags as shared
 
 flags.DEFINE_integer("n", 65_536, "Samples (rows of the activation matrices).")
 flags.DEFINE_integer("d", 512, "Features.")
@@ -32,7 +32,7 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer("repeats", 3, "Timed repetitions; the best is kept.")
 for _name in ("n", "d", "models", "pairs_n", "repeats"):
-  shared.positive_int(_name, minimum=2 if _name == "models" else 1)
+  cli.positive_int(_name, minimum=2 if _name == "models" else 1)
 FLAGS = flags.FLAGS
 
 
@@ -80,4 +80,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

@@ -16,8 +16,8 @@ import optax
 from absl import flags
 
 from benchmarks.timing import best_time
+from mechjax import cli
 from mechjax.models import sae as sae_lib
-from mechjax.train import flags as shared
 
 flags.DEFINE_integer("d", 64, "Activation width.")
 flags.DEFINE_integer("latents", 256, "Dictionary size.")
@@ -26,7 +26,7 @@ flags.DEFINE_list("top_k", ["8", "32"], "k values to time.")
 flags.DEFINE_integer("steps", 50, "Steps per timed call (one lax.scan).")
 flags.DEFINE_integer("repeats", 5, "Timed repetitions; the best is kept.")
 for _name in ("d", "latents", "batch", "steps", "repeats"):
-  shared.positive_int(_name)
+  cli.positive_int(_name)
 FLAGS = flags.FLAGS
 
 
@@ -79,4 +79,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

@@ -27,7 +27,7 @@ from absl import flags
 
 from benchmarks import attention_workload
 from benchmarks import timing
-from mechjax.train import flags as shared
+from mechjax import cli
 
 WORKLOADS = ("llc", "chi")
 flags.DEFINE_list("draws", ["1000", "5000"], "Draws per chain to compare (two or more).")
@@ -92,5 +92,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.positive_int("worker_draws", minimum=1)
+  cli.positive_int("worker_draws", minimum=1)
   app.run(main)

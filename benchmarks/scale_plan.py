@@ -23,7 +23,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import pythia
-from mechjax.train import flags as shared
+from mechjax import cli
 
 ARCHS = {"pythia-410m": pythia.PYTHIA_410M, "pythia-1.4b": pythia.PYTHIA_1_4B}
 # (model, chains, (chains axis, model axis)): a device holds chains / 8 of a chain's
@@ -105,5 +105,5 @@ def main(argv):
 
 if __name__ == "__main__":
   for name in ("seq_len", "batch_size"):
-    shared.positive_int(name)
+    cli.positive_int(name)
   app.run(main)

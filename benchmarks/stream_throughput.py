@@ -27,7 +27,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import attention_workload
-from mechjax.train import flags as shared
+from mechjax import cli
 
 flags.DEFINE_integer("chains", 8, "SGLD chains.")
 flags.DEFINE_integer("draws", 1000, "SGLD draws per chain.")
@@ -109,5 +109,5 @@ def main(argv):
 
 if __name__ == "__main__":
   for name in ("chains", "draws", "tokens", "repeats"):
-    shared.positive_int(name)
+    cli.positive_int(name)
   app.run(main)

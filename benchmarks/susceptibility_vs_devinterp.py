@@ -51,7 +51,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import timing
-from mechjax.train import flags as shared
+from mechjax import cli
 
 WORKLOADS = {"2x20": (2, 20), "4x200": (4, 200), "8x600": (8, 600)}
 EVAL_SEQUENCES, PROBE_SEQUENCES = 64, 64
@@ -68,8 +68,8 @@ flags.DEFINE_enum("worker", None, ["mechjax", "devinterp"], "Internal: run one t
 flags.DEFINE_string("inputs", None, "Internal: the .npz with the weights and the data.")
 flags.DEFINE_string("workload", None, "Internal: the workload of a worker.")
 flags.DEFINE_string("out", None, "Internal: where a worker writes its χ (and devinterp its zarr).")
-shared.list_of("workloads", WORKLOADS)
-shared.positive_int("repeats")
+cli.list_of("workloads", WORKLOADS)
+cli.positive_int("repeats")
 FLAGS = flags.FLAGS
 
 

@@ -23,12 +23,12 @@ import time
 from absl import flags
 
 from launch import lib
-from mechjax.train import flags as shared
+from mechjax import cli
 
 flags.DEFINE_integer("members", 8, "Seeds in the sweep.")
 flags.DEFINE_integer("steps", 3000, "Training steps per seed.")
-shared.positive_int("members", minimum=2)
-shared.positive_int("steps")
+cli.positive_int("members", minimum=2)
+cli.positive_int("steps")
 FLAGS = flags.FLAGS
 
 EXPERIMENT = "experiments.fourier_phase"
@@ -86,4 +86,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

@@ -42,9 +42,9 @@ import numpy as np
 from absl import flags
 
 from benchmarks.timing import best_time
+from mechjax import cli
 from mechjax.models import bilinear as bl
 from mechjax.similarity import tensor as ts
-from mechjax.train import flags as shared
 
 flags.DEFINE_list(
   "widths", ["8", "16", "24", "32", "48", "64"], "Widths d (input, hidden and output)."
@@ -87,8 +87,8 @@ flags.register_validator(
   lambda v: bool(v) and all(s.isdigit() and int(s) >= 2 for s in v),
   message="must be a list of integers >= 2",
 )
-shared.positive_float("max_gib")
-shared.positive_int("repeats")
+cli.positive_float("max_gib")
+cli.positive_int("repeats")
 FLAGS = flags.FLAGS
 
 
@@ -623,4 +623,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

@@ -60,7 +60,10 @@ def run_worker(module: str, *args: str, env: dict | None = None) -> tuple[float,
       env=env,
     )
     wall = time.perf_counter() - t0
-    peak_kib = int(open(rss_file).read()) if os.path.exists(rss_file) else -1
+    peak_kib = -1
+    if os.path.exists(rss_file):
+      with open(rss_file) as f:
+        peak_kib = int(f.read())
   if done.returncode != 0:
     raise RuntimeError(f"{module} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
   result = json.loads([ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1])

@@ -18,9 +18,9 @@ import optax
 from absl import flags
 
 from benchmarks.timing import best_time
+from mechjax import cli
 from mechjax.models.mlp import TwoLayer
 from mechjax.studies import fourier_phase as study
-from mechjax.train import flags as shared
 from mechjax.train import loop
 
 flags.DEFINE_integer("num_seeds", 64, "Seeds.")
@@ -30,7 +30,7 @@ flags.DEFINE_integer("width", 64, "Hidden units.")
 flags.DEFINE_integer("batch_size", 32, "Batch size.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per side; the best is reported.")
 for _name in ("num_seeds", "steps", "dim", "width", "batch_size", "repeats"):
-  shared.positive_int(_name)
+  cli.positive_int(_name)
 FLAGS = flags.FLAGS
 
 
@@ -110,4 +110,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

@@ -44,8 +44,8 @@ from absl import app
 from absl import flags
 
 from benchmarks import timing
+from mechjax import cli
 from mechjax.slt.settings import SGLDSettings
-from mechjax.train import flags as shared
 
 WORKLOADS = ("matmul", "sgld", "chi", "llc", "study")
 flags.DEFINE_integer("seconds", 60, "How long each worker calls its program.")
@@ -199,5 +199,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.positive_int("seconds")
+  cli.positive_int("seconds")
   app.run(main)

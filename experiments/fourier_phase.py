@@ -12,10 +12,10 @@ Afterwards open report.html in --workdir: the results, the figures with their ca
 config and the whole summary.
 """
 
+from mechjax import cli
 from mechjax.studies import fourier_phase
-from mechjax.train import flags
 
-main = flags.experiment(fourier_phase, __name__)
+main = cli.experiment(fourier_phase, __name__)
 
 if __name__ == "__main__":
   main()

@@ -14,10 +14,10 @@ Afterwards open report.html in --workdir: the results, the figures with their ca
 config and the whole summary.
 """
 
+from mechjax import cli
 from mechjax.studies import patterning_induction
-from mechjax.train import flags
 
-main = flags.experiment(patterning_induction, __name__)
+main = cli.experiment(patterning_induction, __name__)
 
 if __name__ == "__main__":
   main()

@@ -12,10 +12,10 @@ Afterwards open report.html in --workdir: the results, the figures with their ca
 config and the whole summary.
 """
 
+from mechjax import cli
 from mechjax.studies import patterning_parens_probe
-from mechjax.train import flags
 
-main = flags.experiment(patterning_parens_probe, __name__)
+main = cli.experiment(patterning_parens_probe, __name__)
 
 if __name__ == "__main__":
   main()

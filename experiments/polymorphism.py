@@ -13,10 +13,10 @@ Afterwards open report.html in --workdir: the results, the figures with their ca
 config and the whole summary.
 """
 
+from mechjax import cli
 from mechjax.studies import polymorphism
-from mechjax.train import flags
 
-main = flags.experiment(polymorphism, __name__)
+main = cli.experiment(polymorphism, __name__)
 
 if __name__ == "__main__":
   main()

@@ -14,10 +14,10 @@ Afterwards open report.html in --workdir: the results, the figure with its capti
 and the whole summary.
 """
 
+from mechjax import cli
 from mechjax.studies import pretrained_polymorphism
-from mechjax.train import flags
 
-main = flags.experiment(pretrained_polymorphism, __name__)
+main = cli.experiment(pretrained_polymorphism, __name__)
 
 if __name__ == "__main__":
   main()

@@ -7,10 +7,10 @@ Writes config.json, metrics.jsonl, summary.json, figures/accuracy.png and report
 (default runs/template); `--help` lists the settings.
 """
 
+from mechjax import cli
 from mechjax.studies import template
-from mechjax.train import flags
 
-main = flags.experiment(template, __name__)
+main = cli.experiment(template, __name__)
 
 if __name__ == "__main__":
   main()

@@ -15,10 +15,10 @@ Afterwards open report.html in --workdir: the results, the figures with their ca
 config and the whole summary.
 """
 
+from mechjax import cli
 from mechjax.studies import tensor_backdoor
-from mechjax.train import flags
 
-main = flags.experiment(tensor_backdoor, __name__)
+main = cli.experiment(tensor_backdoor, __name__)
 
 if __name__ == "__main__":
   main()

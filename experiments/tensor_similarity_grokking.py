@@ -14,10 +14,10 @@ Afterwards open report.html in --workdir: the results, the figures with their ca
 config and the whole summary.
 """
 
+from mechjax import cli
 from mechjax.studies import tensor_grokking
-from mechjax.train import flags
 
-main = flags.experiment(tensor_grokking, __name__)
+main = cli.experiment(tensor_grokking, __name__)
 
 if __name__ == "__main__":
   main()

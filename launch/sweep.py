@@ -25,7 +25,7 @@ from absl import flags
 from launch import lib
 from launch import slurm
 from launch import tpu_vm
-from mechjax.train import flags as shared
+from mechjax import cli
 
 BACKENDS = ("local", "tpu_vm", "slurm")
 
@@ -75,14 +75,14 @@ flags.DEFINE_enum(
   "slurm: submitit's executor; local and debug run the array on this machine, without a cluster.",
 )
 flags.mark_flags_as_required(["sweep", "root"])
-shared.positive_int("parallel")
-shared.positive_int("tail_lines")
-shared.positive_int("timeout_min")
-shared.positive_int("gpus_per_node", minimum=0)
-shared.positive_int("cpus_per_task")
-shared.positive_int("array_parallelism")
-shared.positive_int("nodes")
-shared.positive_int("tasks_per_node")
+cli.positive_int("parallel")
+cli.positive_int("tail_lines")
+cli.positive_int("timeout_min")
+cli.positive_int("gpus_per_node", minimum=0)
+cli.positive_int("cpus_per_task")
+cli.positive_int("array_parallelism")
+cli.positive_int("nodes")
+cli.positive_int("tasks_per_node")
 FLAGS = flags.FLAGS
 
 
@@ -208,4 +208,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

@@ -49,11 +49,11 @@ def use_all_cpu_cores() -> int:
   """
   import jax  # local: importing mechjax does not import JAX
 
-  set_cpu_devices()
+  _set_cpu_devices()
   return len(jax.devices("cpu"))
 
 
-def set_cpu_devices() -> bool:
+def _set_cpu_devices() -> bool:
   """:func:`use_all_cpu_cores` without starting JAX: returns whether it set the CPU device
   count (False when it changed nothing, for the reasons listed there)."""
   import jax

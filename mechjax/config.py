@@ -2,7 +2,7 @@
 check.
 
 A study's ``Config`` is such a dataclass, and its experiment's absl flags are generated from it
-(:func:`mechjax.train.flags.define`). A setting added to the ``Config`` is therefore a flag, with
+(:func:`mechjax.cli.define`). A setting added to the ``Config`` is therefore a flag, with
 the same default, help and check, and a value that the check refuses raises the same
 :class:`ConfigError` from ``Config(...)`` in Python as the one-line error the command line prints::
 

@@ -114,7 +114,7 @@ def write_run_report(
 
   Args:
     workdir: the run folder, with ``config.json`` and ``metadata.json`` as the workdir contract
-      writes them (:mod:`mechjax.train.workdir`).
+      writes them (:mod:`mechjax.studies.workdir`).
     summary: the run's summary; by default read from ``summary.json``.
     title: the page's title; by default the experiment in the command line, or the folder's name.
     lines: the study's results, as its ``report(summary)`` prints them; shown first.

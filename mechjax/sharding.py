@@ -3,7 +3,7 @@
 One rule for both: with ``shard=None`` the axis is split whenever JAX sees several devices and their
 number divides the axis; ``True`` insists (a ValueError says why it cannot); ``False`` never splits.
 On accelerators the devices are the chips. On a CPU there is one device unless the program asks for
-one per core before JAX starts (:func:`mechjax.train.flags.cpu_cores_as_devices`), which is worth it
+one per core before JAX starts (:func:`mechjax.use_all_cpu_cores`), which is worth it
 because XLA runs one CPU device's elementwise work on one core.
 
 The split is one program that XLA partitions, not one program per device: every device holds its

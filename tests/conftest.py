@@ -1,4 +1,5 @@
 import atexit
+import json
 import os
 import shutil
 import tempfile
@@ -21,11 +22,17 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # emits fusions with its older emitters, which compile faster. The programs compute the same
 # functions (to rounding). Users' runs, the theory checks and the benchmarks keep XLA's defaults,
 # and tests marked compute_bound are compiled with the optimizations (the fixture below). Either
-# variable set by you (JAX_DISABLE_MOST_OPTIMIZATIONS=0, XLA_FLAGS naming the emitters) wins.
-if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
-  _flags = os.environ.get("XLA_FLAGS", "")
-  os.environ["XLA_FLAGS"] = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
-os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+# variable set by you (JAX_DISABLE_MOST_OPTIMIZATIONS=0, XLA_FLAGS naming the emitters) wins, and
+# MECHJAX_TEST_COMPILE=defaults leaves both at XLA's defaults: the compile path users run, which
+# .ci/run tests with the fast tier.
+COMPILE = os.environ.get("MECHJAX_TEST_COMPILE", "fast")
+if COMPILE not in ("fast", "defaults"):
+  raise pytest.UsageError(f"MECHJAX_TEST_COMPILE must be 'fast' or 'defaults'; got {COMPILE!r}")
+if COMPILE == "fast":
+  if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+    _flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
+  os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 # Implicit rank promotion (adding a (n,) array to an (n, 1) one, say) is an error in every test and
 # in every process a test starts: a broadcast the code did not ask for is a bug.
@@ -49,37 +56,54 @@ SMOKE = (
   "tests/data/test_parens.py",
   "tests/models/test_mlp.py",
 )
-# The files that take longest under `-n 2` (a clean clone's --durations, summed per file), handed to
-# the two workers first (pytest.ini: --no-loadscope-reorder): each worker takes whole files, and a
-# long file taken last leaves the other worker idle while it runs. The rest in collection order.
-LONGEST_FIRST = (
-  "tests/test_docs.py",
-  "tests/studies/test_patterning_parens.py",
-  "tests/theory/test_theory_fast.py",
-  "tests/slt/test_mesh.py",
-  "tests/studies/test_polymorphism.py",
-  "tests/train/test_cli.py",
-  "tests/train/test_multihost.py",
-  "tests/launch/test_launch.py",
-  "tests/pretrained/test_studies.py",
-  "tests/align/test_haar_procrustes.py",
-  "tests/pretrained/test_loader.py",
-  "tests/slt/test_llc_paths.py",
-)
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _name, _files in (("SMOKE", SMOKE), ("LONGEST_FIRST", LONGEST_FIRST)):
-  _missing = [f for f in _files if not os.path.exists(os.path.join(_ROOT, f))]
-  if _missing:
-    raise pytest.UsageError(f"tests/conftest.py {_name} names files that do not exist: {_missing}")
+# The files go to the two workers longest first (pytest.ini: --no-loadscope-reorder): each worker
+# takes whole files, and a long file taken last leaves the other worker idle while it runs. The
+# order comes from measured times, tests/durations.json (seconds per file under `-n 2`, its tests'
+# setup, call and teardown summed); files it does not name follow in collection order. Measure
+# again after a change that moves the times:
+#   MECHJAX_RECORD_DURATIONS=1 python -m pytest -q -n 2
+DURATIONS = os.path.join(_ROOT, "tests", "durations.json")
+RECORD = os.environ.get("MECHJAX_RECORD_DURATIONS") == "1"
+_missing = [f for f in SMOKE if not os.path.exists(os.path.join(_ROOT, f))]
+if _missing:
+  raise pytest.UsageError(f"tests/conftest.py SMOKE names files that do not exist: {_missing}")
 
 
-def _schedule_rank(item) -> int:
-  path = os.path.relpath(str(item.path), _ROOT)
-  return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+def _durations() -> dict[str, float]:
+  if not os.path.exists(DURATIONS):
+    return {}
+  with open(DURATIONS) as f:
+    return json.load(f)
+
+
+def _schedule_rank(item, durations: dict[str, float]) -> float:
+  return -durations.get(os.path.relpath(str(item.path), _ROOT), 0.0)
+
+
+_MEASURED: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+  if RECORD:
+    path = report.nodeid.split("::")[0]
+    _MEASURED[path] = _MEASURED.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+  """With MECHJAX_RECORD_DURATIONS=1, the controller (not an xdist worker) writes the files' times
+  into tests/durations.json, over the entries of the files that ran."""
+  if RECORD and not hasattr(session.config, "workerinput") and _MEASURED:
+    merged = {**_durations(), **{k: round(v, 1) for k, v in _MEASURED.items()}}
+    merged = {k: v for k, v in merged.items() if os.path.exists(os.path.join(_ROOT, k))}
+    with open(DURATIONS, "w") as f:
+      json.dump(dict(sorted(merged.items(), key=lambda kv: -kv[1])), f, indent=1)
+      f.write("\n")
 
 
 def pytest_collection_modifyitems(config, items):
-  items.sort(key=_schedule_rank)  # stable: the order within a file, and of the rest, is kept
+  durations = _durations()
+  items.sort(key=lambda item: _schedule_rank(item, durations))  # stable: a file's order is kept
   for item in items:
     path = os.path.relpath(str(item.path), _ROOT)
     if path in SMOKE and item.get_closest_marker("slow") is None:

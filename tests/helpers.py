@@ -6,15 +6,18 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_module(
-  module: str, *args: str, timeout: float = 300, **kwargs
+  module: str, *args: str, timeout: float = 300, env: dict | None = None, **kwargs
 ) -> subprocess.CompletedProcess:
-  """Runs ``python -m module args`` from the repository root, as a user would."""
+  """Runs ``python -m module args`` from the repository root, as a user would (in ``env``, this
+  process's environment by default, with the checkout on ``PYTHONPATH``)."""
   env = {
-    **os.environ,
+    **(os.environ if env is None else env),
     "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
   }
   return subprocess.run(
@@ -95,3 +98,9 @@ class MeanDraw:
     import jax
 
     return jax.tree.map(lambda a, x: a + (x - a) / (t + 1), acc, w)
+
+
+# The suite turns every warning into an error (pytest.ini). A test whose SGLD chains are too short
+# to mix, on purpose (a few dozen draws keep it fast), expects the sampler's ChainsNotMixedWarning
+# and says so with this mark; any other warning still fails it.
+expect_unmixed = pytest.mark.filterwarnings("ignore::mechjax.slt.mixing.ChainsNotMixedWarning")

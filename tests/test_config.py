@@ -1,5 +1,5 @@
 """Settings defined once (mechjax.config) and the flags generated from them
-(mechjax.train.flags)."""
+(mechjax.cli)."""
 
 import dataclasses
 import importlib
@@ -7,10 +7,10 @@ import importlib
 import pytest
 from absl import flags as absl_flags
 
+from mechjax import cli
 from mechjax import config
 from mechjax.config import ConfigError
 from mechjax.slt.settings import SGLDSettings
-from mechjax.train import flags
 
 STUDIES = (
   "fourier_phase",
@@ -49,7 +49,7 @@ def _study(name):
 
 def _parse(config_cls, *argv):
   fv = absl_flags.FlagValues()
-  flags.define(config_cls, module_name="experiment", workdir="runs/x", flag_values=fv)
+  cli.define(config_cls, module_name="experiment", workdir="runs/x", flag_values=fv)
   fv(["experiment", *argv])
   return fv
 
@@ -101,10 +101,10 @@ def test_adding_a_setting_is_one_field():
     depth: int = config.setting(3, "Layers.", check=config.at_least(1))
 
   fv = _parse(Grown, "--depth=5")
-  assert flags.config_from_flags(Grown, fv).depth == 5
+  assert cli.config_from_flags(Grown, fv).depth == 5
   assert "Layers." in fv.module_help("experiment") and Grown().to_flat()["depth"] == 3
-  with pytest.raises(flags.FlagError, match=r"^flag --depth=0: must be an integer >= 1$"):
-    flags.config_from_flags(Grown, _parse(Grown, "--depth=0"))
+  with pytest.raises(cli.FlagError, match=r"^flag --depth=0: must be an integer >= 1$"):
+    cli.config_from_flags(Grown, _parse(Grown, "--depth=0"))
 
 
 @pytest.mark.parametrize("name", STUDIES)
@@ -113,7 +113,7 @@ def test_every_study_config_round_trips_and_its_flags_show_help_and_default(name
   cfg = study.Config()
   assert study.Config.from_flat(cfg.to_flat()) == cfg
   fv = _parse(study.Config)
-  assert flags.config_from_flags(study.Config, fv) == cfg  # the flags' defaults are the config's
+  assert cli.config_from_flags(study.Config, fv) == cfg  # the flags' defaults are the config's
   text = fv.module_help("experiment")
   specs = [s for s in config.flat_specs(study.Config) if s.flag]
   assert SHARED <= {s.flag for s in specs} | {"workdir", "overwrite"}
@@ -158,9 +158,9 @@ def test_a_bad_flag_is_refused_with_the_configs_own_message(name, flag, named):
   study = _study(name)
   argv = flag.split()  # the bad flag, after any flags it needs to be checked
   fv = _parse(study.Config, *argv)
-  with pytest.raises(flags.FlagError) as cli:
-    flags.config_from_flags(study.Config, fv)
-  text = str(cli.value)
+  with pytest.raises(cli.FlagError) as refused:
+    cli.config_from_flags(study.Config, fv)
+  text = str(refused.value)
   assert named in text and "must" in text and "\n" not in text, text
   # The same check refuses the same value from Python, with the same words.
   values = dict(a[2:].partition("=")[::2] for a in argv)
@@ -171,7 +171,5 @@ def test_a_bad_flag_is_refused_with_the_configs_own_message(name, flag, named):
 
 def test_llc_dynamics_keeps_zero_as_the_unset_nbeta():
   study = _study("llc_dynamics")
-  assert flags.config_from_flags(study.Config, _parse(study.Config, "--nbeta=0")).sgld.nbeta is None
-  assert (
-    flags.config_from_flags(study.Config, _parse(study.Config, "--nbeta=50")).sgld.nbeta == 50.0
-  )
+  assert cli.config_from_flags(study.Config, _parse(study.Config, "--nbeta=0")).sgld.nbeta is None
+  assert cli.config_from_flags(study.Config, _parse(study.Config, "--nbeta=50")).sgld.nbeta == 50.0

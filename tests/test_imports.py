@@ -32,7 +32,9 @@ def import_graph() -> dict[str, set[str]]:
   graph = {}
   for name, path in modules.items():
     edges = set()
-    for node in ast.walk(ast.parse(open(path).read(), path)):
+    with open(path) as f:
+      tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
       if isinstance(node, ast.Import):
         targets = [a.name for a in node.names]
       elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

@@ -3,6 +3,7 @@ browser renders the figures from the relative links."""
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 
@@ -40,7 +41,7 @@ def test_run_report_shows_summary_config_metadata_and_every_figure(tmp_path):
   wd = _workdir(tmp_path)
   (wd / "figures" / "extra.png").write_bytes((wd / "figures" / "red.png").read_bytes())
   path = report.write_run_report(str(wd), {"accuracy": {"mean": 0.93}, "figures": ["red.png"]})
-  page = open(path).read()
+  page = pathlib.Path(path).read_text()
   assert "accuracy.mean" in page and "0.93" in page and "experiments.demo" in page
   assert sorted(check_report(wd, captioned=False)) == ["figures/extra.png", "figures/red.png"]
   assert 'href="summary.json"' in page
@@ -57,7 +58,7 @@ def test_the_report_leads_with_the_results_and_captioned_figures_and_ends_with_t
     lines=lines,
     captions={"red.png": "Lines: means over seeds; bands: ±1 sd."},
   )
-  page = open(path).read()
+  page = pathlib.Path(path).read_text()
   order = [
     page.index(s) for s in ("seeds at target", "<img", "Lines: means over seeds", "<h2>Config")
   ]

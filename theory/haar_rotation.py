@@ -27,9 +27,9 @@ from absl import flags
 from scipy import integrate
 from scipy import stats
 
+from mechjax import cli
 from mechjax import rng as rng_lib
 from mechjax.align import haar as H
-from mechjax.train import flags as shared
 
 flags.DEFINE_list("dims", ["8", "64", "512"], "Dimensions d for the closed-form checks.")
 flags.DEFINE_integer(
@@ -49,8 +49,8 @@ flags.register_validator(
   message="must be a list of integers >= 2",
 )
 for _name in ("samples", "max_elements", "power_dim", "power_draws"):
-  shared.positive_int(_name, minimum=2)
-shared.positive_int("seed", minimum=0)
+  cli.positive_int(_name, minimum=2)
+cli.positive_int("seed", minimum=0)
 FLAGS = flags.FLAGS
 
 
@@ -170,4 +170,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

@@ -26,10 +26,10 @@ import sys
 import numpy as np
 from absl import flags
 
+from mechjax import cli
 from mechjax.slt import gaussian
 from mechjax.slt import moments as mom_lib
 from mechjax.slt import susceptibility as sus
-from mechjax.train import flags as shared
 
 flags.DEFINE_integer(
   "exact_draws", 100_000, "Independent posterior draws for the exact-sampling check."
@@ -47,9 +47,9 @@ for _name, _minimum in (
   ("num_burnin", 0),
   ("seed", 0),
 ):
-  shared.positive_int(_name, minimum=_minimum)
-shared.positive_float("step_size")
-shared.positive_float("bias_tolerance", allow_zero=True)
+  cli.positive_int(_name, minimum=_minimum)
+cli.positive_float("step_size")
+cli.positive_float("bias_tolerance", allow_zero=True)
 FLAGS = flags.FLAGS
 
 
@@ -108,4 +108,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

@@ -19,15 +19,15 @@ import sys
 
 from absl import flags
 
+from mechjax import cli
 from mechjax.slt import toy_models
-from mechjax.train import flags as shared
 
 flags.DEFINE_integer("n", 100_000, "Samples per dataset (nβ = n / ln n).")
 flags.DEFINE_integer("num_chains", 8, "SGLD chains per case.")
 flags.DEFINE_integer("seed", 1, "Key of the chains.")
-shared.positive_int("n", minimum=10_000)
-shared.positive_int("num_chains")
-shared.positive_int("seed", minimum=0)
+cli.positive_int("n", minimum=10_000)
+cli.positive_int("num_chains")
+cli.positive_int("seed", minimum=0)
 FLAGS = flags.FLAGS
 
 
@@ -62,4 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

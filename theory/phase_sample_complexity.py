@@ -45,10 +45,10 @@ import sys
 import numpy as np
 from absl import flags
 
+from mechjax import cli
 from mechjax import plotting
-from mechjax.train import flags as shared
 from mechjax.train import metrics as metrics_lib
-from mechjax.train import weak_recovery as sc
+from theory import weak_recovery
 
 flags.DEFINE_list("dims", ["16", "24", "32", "48", "64"], "Input dimensions N of the grid.")
 flags.DEFINE_integer("num_seeds", 16, "Independent neurons per spike and N.")
@@ -114,10 +114,10 @@ flags.register_validator(
   lambda v: len(v) in (1, 2) and all(_is_float(s) and float(s) >= 0 for s in v),
   message="must be one or two numbers >= 0, e.g. 0,2",
 )
-shared.positive_int("num_seeds", minimum=2)
-shared.positive_int("num_spikes", minimum=1)
-shared.positive_int("num_resamples", minimum=100)
-shared.positive_int("seed", minimum=0)
+cli.positive_int("num_seeds", minimum=2)
+cli.positive_int("num_spikes", minimum=1)
+cli.positive_int("num_resamples", minimum=100)
+cli.positive_int("seed", minimum=0)
 flags.register_validator("out", lambda v: bool(v and v.strip()), message="must be a non-empty path")
 flags.register_validator(
   "confidence", lambda v: 0 < v < 1, message="must be a probability in (0, 1), e.g. 0.95"
@@ -127,10 +127,10 @@ flags.register_multi_flags_validator(
   lambda d: 0 < d["low"] < d["high"],
   message="--low and --high must satisfy 0 < low < high",
 )
-shared.positive_float("beta")
-shared.positive_float("lr_scale")
-shared.positive_float("max_factor")
-shared.positive_float("max_tolerance")
+cli.positive_float("beta")
+cli.positive_float("lr_scale")
+cli.positive_float("max_factor")
+cli.positive_float("max_tolerance")
 flags.register_validator(
   "quantile", lambda v: 0.5 <= v <= 1, message="must be in [0.5, 1], e.g. 0.65"
 )
@@ -161,10 +161,10 @@ def measure(
   """Samples to weak recovery at each N: one row per N, with ``samples`` ``(spikes, seeds)``."""
   rows = []
   for n in dims:
-    setup = sc.RecoverySetup(
+    setup = weak_recovery.RecoverySetup(
       shape=(n,), alpha=alpha, spike="principal", beta=beta, lr_scale=lr_scale
     )
-    r = sc.samples_to_weak_recovery(
+    r = weak_recovery.samples_to_weak_recovery(
       setup,
       num_seeds=num_seeds,
       num_spikes=num_spikes,
@@ -173,7 +173,7 @@ def measure(
       per_spike=per_spike,
       quantile=quantile,
     )
-    spikes = sc.spread(r["spike_medians"])
+    spikes = weak_recovery.spread(r["spike_medians"])
     rows.append(
       {
         "N": n,
@@ -224,9 +224,11 @@ def main(argv):
   )
   rows = measure(dims, **common)
   samples = [np.array(r["samples"], float) for r in rows]
-  check = sc.check_law(dims, samples, **law)
-  control = sc.check_law(dims, sc.inject_exponent(dims, samples, 2.0), **law)
-  control_up = sc.check_law(dims, sc.inject_exponent(dims, samples, 4.0), **law)
+  check = weak_recovery.check_law(dims, samples, **law)
+  control = weak_recovery.check_law(dims, weak_recovery.inject_exponent(dims, samples, 2.0), **law)
+  control_up = weak_recovery.check_law(
+    dims, weak_recovery.inject_exponent(dims, samples, 4.0), **law
+  )
   able_to_fail = not control["passed"]
   passed = check["passed"] and able_to_fail
   if check["exponent"] is None:
@@ -238,7 +240,8 @@ def main(argv):
   )
   print(
     f"  predicted: a in [{check['band'][0]:.2f}, {check['band'][1]:.2f}] for n = c N^3 (log N)^b, "
-    f"b in [{b_lo:g}, {b_hi:g}] (ln ln N rises {sc.log_factor_slope(dims):.3f} per unit ln N here)"
+    f"b in [{b_lo:g}, {b_hi:g}] (ln ln N rises {weak_recovery.log_factor_slope(dims):.3f} per "
+    "unit ln N here)"
   )
   q_lo, q_hi = check["bootstrap_interval"]
   print(
@@ -260,8 +263,8 @@ def main(argv):
     "not required)"
   )
   medians = np.array(check["medians"])
-  old = sc.fit_exponent(np.array(dims), medians, log_power=2.0)[0]
-  old_boot = sc.bootstrap_exponent(
+  old = weak_recovery.fit_exponent(np.array(dims), medians, log_power=2.0)[0]
+  old_boot = weak_recovery.bootstrap_exponent(
     np.array(dims), samples, seed=FLAGS.seed, num_resamples=FLAGS.num_resamples
   )
   old_passed = FLAGS.low <= old <= FLAGS.high
@@ -281,10 +284,12 @@ def main(argv):
     for a in alphas:
       r = measure([big], alpha=a, per_spike=True, **common)[0]
       faster = np.array(r["samples"], float)
-      per = sc.spike_speedups(base, faster)
+      per = weak_recovery.spike_speedups(base, faster)
       pooled = rows[-1]["median_samples"] / r["median_samples"]
-      boot = sc.bootstrap_speedup(base, faster, num_resamples=FLAGS.num_resamples, seed=FLAGS.seed)
-      sp = sc.spread(per)
+      boot = weak_recovery.bootstrap_speedup(
+        base, faster, num_resamples=FLAGS.num_resamples, seed=FLAGS.seed
+      )
+      sp = weak_recovery.spread(per)
       speedups.append(
         {
           "alpha": a,
@@ -303,7 +308,7 @@ def main(argv):
       )
 
   os.makedirs(FLAGS.out, exist_ok=True)
-  exponent, prefactor = sc.fit_exponent(np.array(dims), medians, log_power=0.0)
+  exponent, prefactor = weak_recovery.fit_exponent(np.array(dims), medians, log_power=0.0)
   fig = plotting.loglog_fit_figure(
     np.array(dims, float),
     medians,
@@ -334,7 +339,7 @@ def main(argv):
     },
     "grid": rows,
     "speedups": speedups,
-    "flags": shared.flag_values(),
+    "flags": cli.flag_values(),
   }
   metrics_lib.write_json(
     os.path.join(FLAGS.out, "result.json"), result
@@ -347,4 +352,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  shared.run(main)
+  cli.run(main)

@@ -327,15 +327,15 @@ def main(argv):
 if __name__ == "__main__":
   from absl import flags
 
-  from mechjax.train import flags as shared
+  from mechjax import cli
 
   flags.DEFINE_integer("seed", 0, "Seed of the random networks and the Monte-Carlo draws.")
   flags.DEFINE_integer(
     "width", 5, "Input width of the brute-force cases (their tensors have width^5 entries)."
   )
   flags.DEFINE_integer("samples", 400_000, "Monte-Carlo draws per Gaussian check.")
-  shared.positive_int("seed", minimum=0)
-  shared.positive_int("width", minimum=2)
-  shared.positive_int("samples", minimum=100)
+  cli.positive_int("seed", minimum=0)
+  cli.positive_int("width", minimum=2)
+  cli.positive_int("samples", minimum=100)
   FLAGS = flags.FLAGS
-  shared.run(main)
+  cli.run(main)

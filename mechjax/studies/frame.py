@@ -11,10 +11,10 @@ for settings without a usable default (a checkpoint directory), refused by name 
       return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, ..., folder))
 
 The decorated function is called ``run(cfg, workdir, *, overwrite=False, progress=True) ->
-summary``, from Python and from the command line alike (:func:`mechjax.train.flags.experiment`), and
+summary``, from Python and from the command line alike (:func:`mechjax.cli.experiment`), and
 does, around the body:
 
-1. **prepare** the workdir (:func:`mechjax.train.workdir.prepare`): a new folder gets
+1. **prepare** the workdir (:func:`mechjax.studies.workdir.prepare`): a new folder gets
    ``config.json``; a folder whose ``config.json`` differs is refused, naming the settings;
    ``overwrite=True`` starts afresh; a finished run (``summary.json`` exists) is not recomputed: its
    summary is returned;
@@ -40,12 +40,18 @@ import numpy as np
 
 from mechjax import config as config_lib
 from mechjax import report
+from mechjax.studies import workdir as workdir_lib
+from mechjax.train import distributed
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
 from mechjax.train import progress as progress_lib
-from mechjax.train import workdir as workdir_lib
 
 FORMATS = ("json", "npz")
+
+
+class StudyStopped(RuntimeError):
+  """A study cannot give a result with these settings; the message says why and what to change
+  (the command line prints it as one line)."""
 
 
 @dataclasses.dataclass
@@ -164,7 +170,7 @@ class Context:
         if sorted(map(str, new)) != sorted(map(str, part)):
           raise ValueError(f"stage {name!r}: compute({part}) returned rows for {list(new)}")
         lines = [metrics_lib.to_jsonable({"item": i, "rows": new[i]}) for i in part]
-        if metrics_lib.is_writer():
+        if distributed.is_writer():
           with open(path, "a") as f:
             f.writelines(json.dumps(line) + "\n" for line in lines)
         done.update((line["item"], line["rows"]) for line in lines)
@@ -192,7 +198,7 @@ class Outputs:
 
 
 def _write(path: str, obj: Any) -> None:
-  if not metrics_lib.is_writer():
+  if not distributed.is_writer():
     return
   if path.endswith(".json"):
     metrics_lib.write_json(path, obj)
@@ -220,7 +226,7 @@ def finish(
     if "seconds" in summary:
       raise ValueError('summary["seconds"] is the frame\'s; time a part with ctx.timed(name)')
     summary["seconds"] = seconds
-  if metrics_lib.is_writer():
+  if distributed.is_writer():
     if outputs.figures is not None:
       folder = os.path.join(workdir, "figures")
       os.makedirs(folder, exist_ok=True)

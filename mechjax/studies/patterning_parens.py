@@ -41,7 +41,7 @@ from mechjax.slt import patterning
 from mechjax.studies import frame
 from mechjax.studies import patterning_parens_base as shared
 from mechjax.studies import patterning_parens_llc as llc_design
-from mechjax.train.loop import StudyStopped
+from mechjax.studies.frame import StudyStopped
 
 NAME = "patterning_parens"
 CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
@@ -134,7 +134,7 @@ def solved_share(cfg: Config, model, sweep: list[dict], ctx: frame.Context):
   ``perfect_accuracy`` on the training set trains on to ``reference_max_steps``, and one still short
   passes the share over. Returns ``(share, chosen_by, in_range, data, refs, passed_over)``, the
   last listing the shares tried before it and why; stops the study with a one-line reason
-  (:class:`~mechjax.train.loop.StudyStopped`) only when no share qualifies."""
+  (:class:`~mechjax.studies.frame.StudyStopped`) only when no share qualifies."""
   first = cfg.reference_steps or cfg.run.steps
   max_steps = cfg.reference_max_steps or 4 * first
   passed_over = []

@@ -7,9 +7,9 @@ setting of Cohen et al. (2026, arXiv:2605.15183, §grokking), itself after Nanda
 with strong weight decay on a 30% training split memorises first and generalises much later.
 
 Checkpoints are saved on a power schedule ``t_k = round(steps · (k/K)^power)`` (denser early, where
-the weights move fastest; :func:`mechjax.train.loop.power_schedule`), plus the initialisation. Every
-pair of checkpoints of a seed is compared by tensor similarity, logit cosine, weight cosine and CKA
-of the hidden products on all ``P²`` inputs (:mod:`mechjax.similarity.checkpoints`).
+the weights move fastest; :func:`mechjax.train.schedule.power_schedule`), plus the initialisation.
+Every pair of checkpoints of a seed is compared by tensor similarity, logit cosine, weight cosine
+and CKA of the hidden products on all ``P²`` inputs (:mod:`mechjax.similarity.checkpoints`).
 
 The headline is the Pearson r between tensor similarity and logit cosine over all checkpoint pairs
 (``i < j``); the paper reports 0.998. Phases are read off the logged accuracies: *memorisation* ends
@@ -36,6 +36,7 @@ from mechjax.similarity import checkpoints
 from mechjax.studies import frame
 from mechjax.train import loop
 from mechjax.train import metrics
+from mechjax.train import schedule
 
 RUN = "grokking"
 LABELS = checkpoints.LABELS | {"logit_cosine": "logit cosine (all P² inputs)"}
@@ -134,7 +135,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   keys = jnp.tile(seed_keys, (len(who) // cfg.run.num_seeds, 1))  # member: its seed's key
   problem, optimizer = make_problem(cfg), make_optimizer(cfg)
   hyperparams = {"weight_decay": [m["weight_decay"] for m in who]} if cfg.weight_decays else None
-  schedule = loop.power_schedule(cfg.run.steps, cfg.num_checkpoints, cfg.checkpoint_power)
+  saves = schedule.power_schedule(cfg.run.steps, cfg.num_checkpoints, cfg.checkpoint_power)
   fields = {"loss": "train_loss", "train acc": "train_acc", "test acc": "test_acc"}
   summarize = lambda r: metrics.progress_line(r, fields)
   result = ctx.train(
@@ -144,11 +145,11 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     keys=keys,
     summarize=summarize,
     keep_checkpoints=None,
-    checkpoint_steps=schedule,
+    checkpoint_steps=saves,
     binary_chunks=True,
     hyperparams=hyperparams,
   )
-  params_by_step = result.params_at(schedule)
+  params_by_step = result.params_at(saves)
   params_by_step[0] = jax.vmap(lambda k: loop.init_state(problem, optimizer, k)["params"])(keys)
   steps = sorted(params_by_step)
   ctx.log(f"comparing {len(steps)} checkpoints pairwise ({len(who)} network(s))")

@@ -15,13 +15,11 @@ from mechjax.train.loop import TrainResult
 from mechjax.train.loop import checkpoint_params
 from mechjax.train.loop import init_state
 from mechjax.train.loop import make_train_step
-from mechjax.train.loop import power_schedule
 from mechjax.train.loop import seed_keys
 from mechjax.train.loop import train
 from mechjax.train.metrics import MetricsWriter
 from mechjax.train.metrics import read_jsonl
-from mechjax.train.workdir import WorkdirError
-from mechjax.train.workdir import prepare
+from mechjax.train.schedule import power_schedule
 
 __all__ = [
   "Checkpointer",
@@ -29,12 +27,10 @@ __all__ = [
   "NonFiniteError",
   "Problem",
   "TrainResult",
-  "WorkdirError",
   "checkpoint_params",
   "init_state",
   "make_train_step",
   "power_schedule",
-  "prepare",
   "read_jsonl",
   "seed_keys",
   "train",

@@ -32,9 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from mechjax import sharding as sharding_lib
 from mechjax.train import checkpoint as ckpt_lib
+from mechjax.train import distributed
 from mechjax.train import metrics as metrics_lib
+from mechjax.train import schedule
 from mechjax.train.progress import Plan
 from mechjax.train.progress import Progress
 
@@ -45,11 +46,6 @@ Metrics = dict[str, jax.Array]
 
 class NonFiniteError(RuntimeError):
   """A loss or a parameter became NaN or infinite; the message names the step and the seed."""
-
-
-class StudyStopped(RuntimeError):
-  """A study cannot give a result with these settings; the message says why and what to change
-  (the command line prints it as one line)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,24 +175,6 @@ def make_chunk_fn(
   return jax.jit(chunk_v, static_argnums=1, donate_argnums=0 if donate else ())
 
 
-def chunk_ends(
-  start: int, steps: int, log_every: int, checkpoint_every: int, extra: Sequence[int] = ()
-) -> list[int]:
-  """Steps after ``start`` where a chunk ends: multiples of ``log_every`` or ``checkpoint_every``,
-  the ``extra`` steps (within ``(0, steps]``), and ``steps``.
-
-  The ends depend only on the flags, not on ``start``, so a resumed run cuts the remaining steps
-  exactly as the uninterrupted run did (its logged metrics, chunk means included, are the same).
-  """
-  ends = (
-    set(range(log_every, steps, log_every))
-    | set(range(checkpoint_every, steps, checkpoint_every))
-    | {steps}
-  )
-  ends |= {int(e) for e in extra if 0 < e <= steps}
-  return sorted(e for e in ends if e > start)
-
-
 @dataclasses.dataclass
 class TrainResult:
   """What :func:`train` returns.
@@ -274,9 +252,10 @@ def train(
       power schedule.
     initial_params: start from these weights (with the seed axis) instead of ``problem.init``, with
       a fresh optimizer state: fine-tuning.
-    binary_chunks: run each chunk as pieces of power-of-two lengths (:func:`binary_pieces`). A
-      chunk's length is static in the compiled program, so irregular chunk ends
-      (``checkpoint_steps``) would otherwise compile one program per distinct length.
+    binary_chunks: run each chunk as pieces of power-of-two lengths
+      (:func:`mechjax.train.schedule.binary_pieces`). A chunk's length is static in the compiled
+      program, so irregular chunk ends (``checkpoint_steps``) would otherwise compile one program
+      per distinct length.
     shard_seeds: split the seed axis over all devices (:func:`mechjax.sharding.leading_axis`): the
       same single program, partitioned by XLA. None (the default) does so whenever there are several
       devices and they divide the seed count; False never does.
@@ -317,7 +296,7 @@ def train(
   _check_member_data(member_data, keys.shape[0])
   init_fn = _init_fn(problem, optimizer, initial_params, member_data)
   abstract_state = jax.eval_shape(init_fn, keys)
-  sharding = state_sharding(keys.shape[0], shard_seeds)
+  sharding = distributed.state_sharding(keys.shape[0], shard_seeds)
 
   with (
     metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run, tensorboard) as writer,
@@ -344,23 +323,25 @@ def train(
       writer.truncate_after(0)
       start = 0
       if sharding is not None:
-        state = _to_global(state, sharding)
+        state = distributed.to_global(state, sharding)
     resumed_from = start if start > 0 else None
     if start >= steps:
-      return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from, restore)
+      return TrainResult(
+        distributed.host_if_multiprocess(state), writer.history(), resumed_from, restore
+      )
 
     chunk_fn = make_chunk_fn(problem, optimizer)
     bar = Progress(run, steps, start, enabled=progress, plan=plan)
     step = start
     saves = {int(e) for e in checkpoint_steps}
-    for end in chunk_ends(start, steps, log_every, checkpoint_every, saves):
-      pieces = binary_pieces(end - step, log_every) if binary_chunks else [end - step]
+    for end in schedule.chunk_ends(start, steps, log_every, checkpoint_every, saves):
+      pieces = schedule.binary_pieces(end - step, log_every) if binary_chunks else [end - step]
       per_steps = []
       for n in pieces:
         state, per_step, end_metrics = chunk_fn(state, n)
         per_steps.append(per_step)
-      per_step = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *_fetch(per_steps))
-      end_metrics = _fetch(end_metrics)
+      per_step = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *distributed.fetch(per_steps))
+      end_metrics = distributed.fetch(end_metrics)
       _check_finite(
         per_step["loss"],
         end_metrics.pop("params_finite"),
@@ -375,7 +356,9 @@ def train(
       if end % checkpoint_every == 0 or end == steps or end in saves:
         checkpointer.save(end, state)
       bar.update(end, summarize(row) if summarize else f"loss {np.mean(row['train_loss']):.4f}")
-  return TrainResult(_host_if_multiprocess(state), writer.history(), resumed_from, restore)
+  return TrainResult(
+    distributed.host_if_multiprocess(state), writer.history(), resumed_from, restore
+  )
 
 
 def _init_fn(
@@ -419,7 +402,9 @@ def _check_restored_member_data(state: State, member_data, run: str) -> None:
     return
   same = jax.tree.all(
     jax.tree.map(
-      lambda a, b: bool(np.array_equal(np.asarray(_fetch(a)), np.asarray(b))), saved, member_data
+      lambda a, b: bool(np.array_equal(np.asarray(distributed.fetch(a)), np.asarray(b))),
+      saved,
+      member_data,
     )
   )
   if not same:
@@ -427,21 +412,6 @@ def _check_restored_member_data(state: State, member_data, run: str) -> None:
       f"the checkpoint of run '{run}' was trained with other member_data than the one given; "
       "use a new workdir (or overwrite) to train with this member data"
     )
-
-
-def _host_if_multiprocess(state: State) -> State:
-  """Across processes the final state comes back whole, on the host of every process, so the
-  analysis that follows training (indexing a seed, evaluating on data) runs as it does in one
-  process."""
-  return _fetch(state) if jax.process_count() > 1 else state
-
-
-def seed_sharding(num_seeds: int, shard: bool | None = None):
-  """A ``NamedSharding`` that splits a leading seed axis over every device (mesh axis ``"seeds"``),
-  or None: :func:`mechjax.sharding.leading_axis`, the rule the SGLD chains follow too.
-  ``shard=None`` shards whenever there are several devices and their number divides ``num_seeds``;
-  ``True`` insists (a ValueError says why it cannot); ``False`` never shards."""
-  return sharding_lib.leading_axis(num_seeds, "seeds", shard)
 
 
 def set_hyperparams(opt_state, values: dict[str, Sequence[float]], num_seeds: int):
@@ -477,60 +447,6 @@ def set_hyperparams(opt_state, values: dict[str, Sequence[float]], num_seeds: in
       f"optax.inject_hyperparams(...)({missing[0]}=...)"
     )
   return new
-
-
-def state_sharding(num_seeds: int, shard: bool | None = None):
-  """:func:`seed_sharding`, except that across processes an unsharded state is replicated on every
-  device (a global array, which orbax can checkpoint), rather than left host-local."""
-  sharding = seed_sharding(num_seeds, shard)
-  if sharding is None and jax.process_count() > 1:
-    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("seeds",))
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  return sharding
-
-
-def _to_global(tree, sharding):
-  """Places a tree that every process holds whole onto ``sharding`` (which may span processes)."""
-  if jax.process_count() == 1:
-    return jax.device_put(tree, sharding)
-  return jax.tree.map(
-    lambda x: jax.make_array_from_callback(x.shape, sharding, lambda idx, x=np.asarray(x): x[idx]),
-    tree,
-  )
-
-
-def _fetch(tree):
-  """The whole of every array on the host, on every process (an all-gather when arrays span
-  processes)."""
-  if jax.process_count() == 1:
-    return jax.device_get(tree)
-  from jax.experimental import multihost_utils
-
-  return multihost_utils.process_allgather(tree, tiled=True)
-
-
-def binary_pieces(n: int, cap: int) -> list[int]:
-  """``n`` as a sum of powers of two, none above the largest power of two ``<= cap``, largest first:
-  every chunk of any length is then run by at most ``log2(cap) + 1`` distinct compiled programs."""
-  top = 1 << max(0, int(cap).bit_length() - 1)
-  pieces = [top] * (n // top)
-  rest = n % top
-  pieces += [1 << b for b in range(rest.bit_length() - 1, -1, -1) if rest >> b & 1]
-  return pieces
-
-
-def power_schedule(steps: int, num: int, power: float) -> list[int]:
-  """Checkpoint steps packed early, where the weights move fastest: ``round(steps · (k/num)^power)``
-  for ``k = 1..num``, deduplicated and never step 0. Pass them as :func:`train`'s
-  ``checkpoint_steps``, with ``binary_chunks=True`` (their gaps are irregular).
-
-  Args:
-    steps: the run's length, the last checkpoint.
-    num: checkpoints before deduplication.
-    power: ``> 1`` packs them early; ``1`` spaces them evenly.
-  """
-  ks = np.arange(1, num + 1) / num
-  return sorted({max(1, int(round(steps * k**power))) for k in ks})
 
 
 def first_nonfinite(values_SxT: np.ndarray) -> tuple[int, int] | None:
@@ -603,7 +519,7 @@ def checkpoint_params(
       structure).
   """
   abstract = _abstract_state(problem, optimizer, keys, initial_params, member_data)
-  sharding = state_sharding(keys.shape[0], shard_seeds)
+  sharding = distributed.state_sharding(keys.shape[0], shard_seeds)
   if sharding is not None:
     abstract = jax.tree.map(
       lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract
@@ -618,4 +534,4 @@ def checkpoint_params(
       raise FileNotFoundError(
         f"no checkpoint for steps {missing} of run '{run}' in {workdir}; saved: {available}"
       )
-    return {s: _host_if_multiprocess(ck.restore(abstract, s)["params"]) for s in wanted}
+    return {s: distributed.host_if_multiprocess(ck.restore(abstract, s)["params"]) for s in wanted}

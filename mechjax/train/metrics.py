@@ -19,10 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-
-def is_writer() -> bool:
-  """Only process 0 writes metrics, summaries and figures under multi-host JAX."""
-  return jax.process_index() == 0
+from mechjax.train import distributed
 
 
 def to_jsonable(value: Any) -> Any:
@@ -45,7 +42,7 @@ def to_jsonable(value: Any) -> Any:
 def write_json(path: str | os.PathLike, obj: Any) -> None:
   """Writes ``obj`` as indented JSON via a temporary file and a rename, so a reader never sees half
   a file."""
-  if not is_writer():
+  if not distributed.is_writer():
     return
   tmp = f"{os.fspath(path)}.tmp"
   with open(tmp, "w") as f:
@@ -203,7 +200,7 @@ class MetricsWriter:
   def truncate_after(self, step: int) -> None:
     """Drops this run's lines with ``step > step`` (and any torn line); other runs' lines are
     kept."""
-    if not is_writer() or not os.path.exists(self.path):
+    if not distributed.is_writer() or not os.path.exists(self.path):
       return
     rows = read_jsonl(self.path)
     self._purge_step = step + 1
@@ -215,7 +212,7 @@ class MetricsWriter:
 
   def write(self, step: int, metrics: dict[str, Any]) -> dict:
     row = {"run": self.run, "step": int(step), **to_jsonable(metrics)}
-    if is_writer():
+    if distributed.is_writer():
       with open(self.path, "a") as f:
         f.write(json.dumps(row) + "\n")
         f.flush()

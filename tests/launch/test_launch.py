@@ -149,7 +149,8 @@ def _defined_flags(module: str) -> set[str]:
   """The flags a module defines, read without importing it (importing every experiment into one
   process would define their flags twice): an experiment's come from its study's Config, a script's
   from its DEFINE_ calls."""
-  source = open(os.path.join(ROOT, *module.split(".")) + ".py").read()
+  with open(os.path.join(ROOT, *module.split(".")) + ".py") as f:
+    source = f.read()
   studies = re.findall(r"from mechjax\.studies import (\w+)", source)
   if module.startswith("experiments."):
     assert len(studies) == 1, module
@@ -188,7 +189,7 @@ def test_local_sweep_killed_midway_resumes_without_redoing_finished_members(tmp_
     proc.kill()
     pytest.fail(f"the sweep did not get going: {proc.communicate()[0]}")
   os.kill(proc.pid, signal.SIGKILL)
-  proc.wait()
+  proc.communicate()  # waits, and closes the pipe
   time.sleep(0.5)  # the member is killed with its launcher (PR_SET_PDEATHSIG)
   assert not (root / ids[3] / "summary.json").exists()
 
@@ -324,6 +325,8 @@ def test_tpu_vm_dry_run_prints_setup_and_one_command_per_member(tmp_path):
   assert missing.returncode == 2 and "needs --tpu_name, --zone, --repo" in missing.stderr
 
 
+# submitit's debug executor leaves its job's log file open, which Python reports when it is freed.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.slow
 def test_slurm_dry_run_and_a_debug_array(tmp_path, fake):
   sweep = _sweep_file(tmp_path / "sweep.py", fake, [{"x": 1.0}, {"x": 2.0}])

@@ -142,11 +142,13 @@ def main():
     os.remove(os.path.join(folder, "generation_config.json"))
     if name == "gpt_neox_sequential":
       path = os.path.join(folder, "config.json")
-      cfg = json.load(open(path))
+      with open(path) as f:
+        cfg = json.load(f)
       rope = cfg.pop("rope_parameters", None) or {}
       cfg["rotary_pct"] = rope["partial_rotary_factor"]
       cfg["rotary_emb_base"] = rope["rope_theta"]
-      json.dump(cfg, open(path, "w"), indent=2)
+      with open(path, "w") as f:
+        json.dump(cfg, f, indent=2)
     tokens = np.random.default_rng(0).integers(0, VOCAB, size=(2, 12))
     captured = {}
     layers, attn_of = blocks(model)

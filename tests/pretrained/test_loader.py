@@ -13,6 +13,7 @@ import pytest
 
 from mechjax.models import pretrained
 from mechjax.models.pretrained import families
+from tests.helpers import expect_unmixed
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints")
 NAMES = ("gpt2", "gpt_neox", "gpt_neox_sequential", "llama_gqa", "qwen2")
@@ -126,7 +127,8 @@ def test_the_chunked_head_is_logsumexp_and_its_gradient_without_the_logits(monke
 
 
 def test_both_config_styles_read_the_same_rotary():
-  hub = json.load(open(os.path.join(HERE, "gpt_neox_sequential", "config.json")))
+  with open(os.path.join(HERE, "gpt_neox_sequential", "config.json")) as f:
+    hub = json.load(f)
   assert "rotary_pct" in hub and "rope_parameters" not in hub
   a = pretrained.arch_from_config(hub)
   v5 = {k: v for k, v in hub.items() if k not in ("rotary_pct", "rotary_emb_base")}
@@ -313,6 +315,7 @@ def test_against_a_live_transformers_model(tmp_path):
     assert max_abs(model.apply({"params": params}, jnp.asarray(tokens)), want) <= 1e-4, name
 
 
+@expect_unmixed
 @pytest.mark.slow
 def test_the_llc_of_a_loaded_checkpoint():
   """The SLT pillar on a loaded model: the LM loss helpers feed estimate_llc directly."""

@@ -17,6 +17,7 @@ from mechjax.studies import pretrained_llc
 from mechjax.studies import pretrained_polymorphism
 from tests.helpers import ROOT
 from tests.helpers import check_report
+from tests.helpers import expect_unmixed
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints")
 
@@ -115,6 +116,7 @@ def test_the_studies_refuse_different_widths_long_windows_and_too_few_fit_tokens
     pretrained_polymorphism.run(cfg, tmp_path / "run2", progress=False)
 
 
+@expect_unmixed
 @pytest.mark.slow
 def test_pretrained_llc_end_to_end_and_rerun(tmp_path):
   cfg = pretrained_llc.Config().replace(

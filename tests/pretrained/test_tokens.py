@@ -2,6 +2,7 @@
 tokenizer.json (mechjax.data.tokens)."""
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from mechjax.data import tokens
 def test_the_token_file_round_trips_and_says_its_format(tmp_path):
   docs = [[5, 6, 7], [], [65535, 1]]
   path = tokens.write_tokens(tmp_path / "c.tokens", docs, eos_id=0)
-  raw = open(path, "rb").read()
+  raw = pathlib.Path(path).read_bytes()
   assert raw[:8] == b"MJXTOK01" and np.frombuffer(raw[8:16], "<u4").tolist() == [2, 0]
   ids = tokens.read_tokens(path)
   assert isinstance(ids, np.memmap) and ids.eos_id == 0 and ids.dtype == np.dtype("<u2")

@@ -13,6 +13,7 @@ from mechjax.slt import sgld
 from mechjax.slt import susceptibility as sus
 from mechjax.slt.settings import SGLDSettings
 from mechjax.slt.settings import default_nbeta
+from tests.helpers import expect_unmixed
 
 D, N = 4, 2000
 
@@ -90,6 +91,7 @@ def test_leaves_outside_the_support_are_held_fixed_with_the_same_draws():
     params_lib.mask_support(w_star, {"w": jnp.ones(D)})
 
 
+@expect_unmixed
 def test_components_with_different_supports_equal_each_component_alone():
   """The susceptibility program runs components of different supports as branches of one program;
   each equals the same component estimated on its own (same key, same chains)."""
@@ -114,6 +116,7 @@ def test_components_with_different_supports_equal_each_component_alone():
   assert len({round(float(v), 6) for v in together.llc}) == 3
 
 
+@expect_unmixed
 def test_eval_data_defines_the_loss_of_the_observable():
   data, w_star = _regression()
   probes = jax.tree.map(lambda a: a[:4], data)

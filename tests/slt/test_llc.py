@@ -18,6 +18,7 @@ from mechjax.slt import sgld
 from mechjax.slt.settings import SGLDSettings
 from mechjax.slt.settings import default_nbeta
 from tests.helpers import ROOT
+from tests.helpers import expect_unmixed
 
 D, N = 4, 20_000
 
@@ -62,6 +63,7 @@ def test_regular_model_gives_half_its_dimension():
   )  # w* is a minimum: most draws are above it
 
 
+@expect_unmixed
 def test_same_key_same_result_bit_for_bit_and_another_key_differs():
   data, w_star = _regression()
   run = lambda seed: llc_lib.estimate_llc(
@@ -106,6 +108,7 @@ def test_param_mask_keeps_masked_coordinates_at_w_star():
   assert res.llc_mean == pytest.approx(D / 4, rel=0.25)
 
 
+@expect_unmixed
 def test_rmsprop_variant_runs_and_is_deterministic():
   data, w_star = _regression()
   run = lambda: llc_lib.estimate_llc(
@@ -216,6 +219,7 @@ def _susceptibilities(data, w_star):
   return res.chi
 
 
+@expect_unmixed
 @pytest.mark.slow
 def test_chains_are_sharded_over_devices_and_agree_with_one_device():
   done = subprocess.run(

@@ -13,6 +13,7 @@ from mechjax.slt import placement
 from mechjax.slt import sgld
 from mechjax.slt.settings import SGLDSettings
 from mechjax.slt.settings import default_nbeta
+from tests.helpers import expect_unmixed
 
 D, N = 4, 4000
 
@@ -40,6 +41,7 @@ def _centred_loss(params, batch):  # depends on the batch as a whole (its mean r
 SETTINGS = dict(step_size=1e-4, nbeta=default_nbeta(N), localization=1.0, batch_size=64)
 
 
+@expect_unmixed
 def test_per_sample_path_is_exact_where_it_applies():
   data, w_star = _regression()
   run = lambda path: llc_lib.estimate_llc(  # noqa: E731
@@ -63,6 +65,7 @@ def test_per_sample_path_is_exact_where_it_applies():
   assert per_sample.init_loss == pytest.approx(per_step.init_loss, rel=1e-5)
 
 
+@expect_unmixed
 @pytest.mark.parametrize("loss", [_sum_loss, _centred_loss])
 def test_a_loss_that_is_not_a_mean_over_samples_falls_back_and_says_so(loss):
   data, w_star = _regression()
@@ -94,6 +97,7 @@ def test_per_sample_path_is_skipped_for_samplers_and_for_data_larger_than_the_dr
   assert path == "per_step" and "sampler" in reason
 
 
+@expect_unmixed
 def test_mala_every_kth_step_leaves_the_draws_alone_and_counts_its_steps():
   data, w_star = _regression()
   run = lambda every: llc_lib.estimate_llc(  # noqa: E731
@@ -155,6 +159,7 @@ def _stack(points):
   return jax.tree.map(lambda *a: jnp.stack(a), *points)
 
 
+@expect_unmixed
 @pytest.mark.parametrize("path", ["per_sample", "per_step"])
 def test_batch_equals_point_by_point(path):
   data, w_star = _regression()
@@ -177,6 +182,7 @@ def test_batch_equals_point_by_point(path):
   assert len({round(float(v), 6) for v in batch.llc_mean}) == 3
 
 
+@expect_unmixed
 def test_batch_with_one_key_uses_it_for_every_point():
   data, w_star = _regression()
   stack = _stack([w_star, w_star])

@@ -10,6 +10,7 @@ from mechjax.slt import langevin
 from mechjax.slt import llc as llc_lib
 from mechjax.slt.settings import SGLDSettings
 from mechjax.slt.settings import default_nbeta
+from tests.helpers import expect_unmixed
 
 N, D = 512, 3
 
@@ -47,6 +48,7 @@ def test_pieces_average_to_the_whole_batch_and_only_pieces_are_traced():
   np.testing.assert_allclose(loss, whole[0], rtol=1e-6)
 
 
+@expect_unmixed
 @pytest.mark.parametrize("star_loss", ["per_step", "per_sample"])
 def test_micro_batched_chains_are_the_whole_batch_chains(star_loss):
   run = lambda micro: llc_lib.estimate_llc(  # noqa: E731

@@ -8,6 +8,7 @@ import pytest
 from mechjax import config
 from mechjax.slt import langevin
 from mechjax.slt.settings import SGLDSettings
+from tests.helpers import expect_unmixed
 
 W = {"a": jnp.zeros((64, 8)), "b": jnp.zeros(8)}
 SLOTS = (np.array([0, 1], np.int32), 2)
@@ -35,6 +36,7 @@ def test_the_noise_impl_is_a_checked_setting():
     SGLDSettings(step_size=1e-3, localization=1.0, batch_size=8, noise_impl="philox")
 
 
+@expect_unmixed
 def test_the_sampler_draws_its_noise_with_the_chosen_impl():
   from mechjax.slt import llc as llc_lib
 

@@ -11,6 +11,7 @@ from jax import monitoring
 from mechjax.slt import llc as llc_lib
 from mechjax.slt import susceptibility as sus
 from mechjax.slt.settings import SGLDSettings
+from tests.helpers import expect_unmixed
 
 _TRACES = []
 _COUNTING = [False]
@@ -60,6 +61,7 @@ def _per_sample(params, batch):
 SETTINGS = dict(step_size=1e-4, localization=10.0, batch_size=32, num_chains=2, num_draws=20)
 
 
+@expect_unmixed
 def test_repeated_estimate_llc_with_a_new_key_and_w_star_compiles_nothing():
   data = _data()
   w_first, w_next, keys = _w(1.0), _w(0.5), jax.random.split(jax.random.PRNGKey(0), 3)
@@ -75,6 +77,7 @@ def test_repeated_estimate_llc_with_a_new_key_and_w_star_compiles_nothing():
   )  # the calls did run, with their keys
 
 
+@expect_unmixed
 def test_a_fresh_lambda_per_call_is_a_new_program_which_the_counter_sees():
   data = _data()
   w, key = _w(1.0), jax.random.PRNGKey(0)
@@ -83,6 +86,7 @@ def test_a_fresh_lambda_per_call_is_a_new_program_which_the_counter_sees():
   assert n[0] >= 1
 
 
+@expect_unmixed
 def test_repeated_bif_and_susceptibility_calls_compile_nothing():
   data = _data()
   queries, probes = jax.tree.map(lambda a: a[:4], data), jax.tree.map(lambda a: a[4:10], data)

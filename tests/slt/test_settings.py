@@ -12,6 +12,7 @@ from mechjax.slt import llc as llc_lib
 from mechjax.slt import susceptibility as sus
 from mechjax.slt.settings import SGLDSettings
 from mechjax.slt.settings import settings_from
+from tests.helpers import expect_unmixed
 from tests.slt.test_programs import _data
 from tests.slt.test_programs import _loss
 from tests.slt.test_programs import _per_sample
@@ -53,6 +54,7 @@ def test_a_name_that_is_not_a_setting_is_refused_in_every_entry_point():
       call()
 
 
+@expect_unmixed
 def test_settings_with_an_override_run_the_chains_the_replaced_settings_run():
   data, key = _data(), jax.random.PRNGKey(3)
   got = llc_lib.estimate_llc(_loss, _w(1.0), data, key=key, settings=BASE, num_draws=12)

@@ -11,6 +11,7 @@ from mechjax.slt import sgld
 from mechjax.slt import stream
 from mechjax.slt.settings import settings_from
 from tests.helpers import MeanDraw
+from tests.helpers import expect_unmixed
 
 VOCAB = 13
 
@@ -50,6 +51,7 @@ def test_disk_windows_are_a_view_of_the_memory_map(corpus):
     tokens.disk_windows(ids, 10_000)
 
 
+@expect_unmixed
 def test_the_streamed_llc_is_the_in_memory_llc_with_the_same_key(corpus):
   ids, params = corpus
   windows = tokens.disk_windows(ids, 8)
@@ -134,6 +136,7 @@ def bigram_token_losses(params, windows):
   return -jnp.take_along_axis(logp, windows[:, 1:, None], axis=-1)[..., 0]
 
 
+@expect_unmixed
 def test_streamed_susceptibilities_are_the_in_memory_ones_with_the_same_key(corpus):
   ids, params = corpus
   windows = tokens.disk_windows(ids, 8)

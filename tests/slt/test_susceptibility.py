@@ -9,6 +9,7 @@ import pytest
 from mechjax.slt import gaussian
 from mechjax.slt import moments as mom_lib
 from mechjax.slt import susceptibility as sus
+from tests.helpers import expect_unmixed
 
 
 def _draws(seed=0, s=500, k=3, m=4):
@@ -90,6 +91,7 @@ def _gaussian_setup():
   return p, data, per_sample
 
 
+@expect_unmixed
 @pytest.mark.slow
 def test_estimate_susceptibilities_matches_the_exact_response_of_the_training_loss():
   """With every sample in the evaluation subset, φ = L(w) − L(w*) and the probes toward samples 0
@@ -169,6 +171,7 @@ def test_bif_matches_the_covariance_of_exact_posterior_draws():
   np.testing.assert_allclose(got, exact, rtol=0.15, atol=0.1 * np.abs(exact).max())
 
 
+@expect_unmixed
 @pytest.mark.slow
 def test_llc_response_adds_the_explicit_term_and_matches_the_exact_derivative():
   """Noise-free regression: every per-sample loss has its minimum at w*, so λ(q) = (nβ/2)·tr(S_q

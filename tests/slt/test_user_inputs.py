@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mechjax import slt
+from tests.helpers import expect_unmixed
 
 SETTINGS = dict(step_size=1e-3, localization=10.0, batch_size=32, num_chains=2, num_draws=30)
 
@@ -32,6 +33,7 @@ def per_sample_loss(params, batch):
   return (x @ params["w"] - y) ** 2
 
 
+@expect_unmixed
 def test_integer_and_boolean_leaves_are_held_fixed_and_change_nothing():
   data = _data()
   w = {"w": jnp.arange(1.0, 4.0) + 0.1}
@@ -65,6 +67,7 @@ def _resampler(data, batch_size):
   return sample_batch
 
 
+@expect_unmixed
 def test_a_sampler_that_resamples_the_arrays_gives_the_arrays_result():
   data = _data()
   w = {"w": jnp.arange(1.0, 4.0) + 0.1}
@@ -88,6 +91,7 @@ def test_a_sampler_that_resamples_the_arrays_gives_the_arrays_result():
   assert chi.chi.shape == (1, 1, 5) and np.all(np.isfinite(chi.chi))
 
 
+@expect_unmixed
 def test_a_fresh_sampler_estimates_the_population_llc_of_a_regular_model():
   d = 4
   truth = jnp.arange(1.0, d + 1.0)

@@ -3,13 +3,14 @@ cached, and the ending writes figures, files and summary.json (mechjax.studies.f
 
 import dataclasses
 import json
+import pathlib
 
 import pytest
 
 from mechjax import config
 from mechjax.studies import fourier_phase
 from mechjax.studies import frame
-from mechjax.train.workdir import WorkdirError
+from mechjax.studies.workdir import WorkdirError
 from tests.helpers import check_report
 
 
@@ -31,7 +32,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
 
   def figures(folder):
     path = f"{folder}/plot.png"
-    open(path, "wb").write(b"png")
+    pathlib.Path(path).write_bytes(b"png")
     return [path]
 
   return frame.Outputs(

@@ -9,6 +9,7 @@ import pytest
 from mechjax.slt import closed_forms as cf
 from mechjax.studies import llc_dynamics as study
 from tests.helpers import check_report
+from tests.helpers import expect_unmixed
 
 TINY = dict(
   widths=(3, 3, 3),
@@ -33,11 +34,12 @@ def test_config_refuses_a_teacher_wider_than_the_network():
     study.Config(widths=(3, 2, 3), singular_values=(1.0, 1.0, 1.0))
 
 
+@expect_unmixed
 @pytest.mark.slow
 def test_resumed_run_reuses_the_llc_of_finished_checkpoints(tmp_path, monkeypatch):
   cfg = study.Config().replace(**TINY)
   first = study.run(cfg, str(tmp_path), progress=False)
-  lines = open(tmp_path / "llc.jsonl").read().splitlines()
+  lines = (tmp_path / "llc.jsonl").read_text().splitlines()
   assert [json.loads(line)["item"] for line in lines] == [20, 40]  # one line per checkpoint
   # A checkpoint torn mid-way (its line cut short) is recomputed; the finished one is not.
   with open(tmp_path / "llc.jsonl", "w") as f:
@@ -78,7 +80,7 @@ def test_experiment_writes_summary_and_figure(tmp_path, run_cli):
   ]
   done = run_cli("experiments.llc_dynamics", *args)
   assert done.returncode == 0, done.stderr[-2000:]
-  summary = json.load(open(tmp_path / "run" / "summary.json"))
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
   # Two layers 3-3-3 are reduced-rank regression 3-3-3: the two closed forms must agree.
   assert summary["closed_form_llc_by_rank"] == [
     float(cf.reduced_rank_regression(3, 3, 3, r)[0]) for r in range(3)

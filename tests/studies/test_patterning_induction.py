@@ -1,8 +1,6 @@
 """The induction-head patterning study: the re-weighting along the induction direction, its
 settings, and the study end to end."""
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -87,15 +85,6 @@ def test_induction_study_end_to_end_and_resume_reuses_the_susceptibilities(tmp_p
   again = ind.run(cfg, str(tmp_path), progress=False)
   assert again["formation_step"] == summary["formation_step"]
   assert again["group_distributions"] == summary["group_distributions"]
-
-
-def test_cpu_cores_as_devices_changes_nothing_once_jax_has_started():
-  from mechjax.train import flags as shared
-
-  jnp.ones(2).block_until_ready()
-  before = jax.devices()
-  assert shared.cpu_cores_as_devices() is False
-  assert jax.devices() == before
 
 
 def test_induction_conditions_are_a_setting_that_needs_the_baseline():

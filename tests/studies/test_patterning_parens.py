@@ -17,6 +17,7 @@ from mechjax.studies import patterning_parens_llc as pl
 from mechjax.studies import patterning_parens_probe as ppp
 from tests.helpers import ROOT
 from tests.helpers import check_report
+from tests.helpers import expect_unmixed
 
 
 def test_parens_probes_are_where_the_algorithms_disagree():
@@ -230,6 +231,7 @@ def _two_trained_networks(tmp_path):
   return cfg, model, data, refs, *parens.groups(data["train"]["tokens"])
 
 
+@expect_unmixed
 @pytest.mark.slow
 def test_parens_llc_responses_and_the_reweightings_they_give(tmp_path):
   """Each network's LLC responds to every group (finite, with standard errors); the re-weighting
@@ -252,6 +254,7 @@ def test_parens_llc_responses_and_the_reweightings_they_give(tmp_path):
   assert 0 < random["total_variation"] <= tv + 1e-9
 
 
+@expect_unmixed
 @pytest.mark.slow
 def test_parens_llcs_remeasured_under_a_reweighting_pair_their_chains(tmp_path):
   """Each network's LLC is re-measured under every re-weighting with the unweighted estimate's
@@ -368,6 +371,7 @@ def test_parens_reexamination_scales_the_study_s_own_reweightings_and_does_not_r
   assert any("predicted" in line for line in pp.report(summary))
 
 
+@expect_unmixed
 @pytest.mark.slow
 def test_parens_probe_study_end_to_end_and_resume_reuses_the_patterning(tmp_path, monkeypatch):
   """The probe study on the tiny config, its forced references and their LLC estimates stood in for

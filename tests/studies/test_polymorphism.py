@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from absl import flags as absl_flags
 
+from mechjax import cli
 from mechjax.align.haar import haar_orthogonal
 from mechjax.models.transformer import Transformer
 from mechjax.models.transformer import fold_rmsnorm_gains
@@ -16,7 +17,6 @@ from mechjax.models.transformer import rotate_residual
 from mechjax.studies import polymorphism as study
 from mechjax.studies import polymorphism_analysis as analysis_lib
 from mechjax.studies import polymorphism_report as report_lib
-from mechjax.train import flags as train_flags
 from tests.helpers import check_report
 from tests.helpers import run_module
 
@@ -185,12 +185,10 @@ BAD_FLAGS = [
 def test_bad_flags_are_refused_naming_the_flag(flag, name):
   """The experiment's flags, parsed as its command line parses them, into its config."""
   fv = absl_flags.FlagValues()
-  train_flags.define(
-    study.Config, module_name="experiments.polymorphism", workdir="w", flag_values=fv
-  )
-  with pytest.raises((train_flags.FlagError, absl_flags.Error), match=name):
+  cli.define(study.Config, module_name="experiments.polymorphism", workdir="w", flag_values=fv)
+  with pytest.raises((cli.FlagError, absl_flags.Error), match=name):
     fv(["polymorphism", flag])
-    train_flags.config_from_flags(study.Config, fv)
+    cli.config_from_flags(study.Config, fv)
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -10,10 +11,11 @@ import numpy as np
 import optax
 import pytest
 
+from mechjax.studies import workdir as workdir_lib
 from mechjax.train import checkpoint as ckpt_lib
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
-from mechjax.train import workdir as workdir_lib
+from mechjax.train import schedule
 
 
 def linear_problem(dim=4):
@@ -66,9 +68,9 @@ def test_chunking_does_not_change_the_run():
 
 
 def test_chunk_ends():
-  assert loop.chunk_ends(0, 10, 4, 6) == [4, 6, 8, 10]
-  assert loop.chunk_ends(6, 10, 4, 6) == [8, 10]
-  assert loop.chunk_ends(0, 3, 100, 100) == [3]
+  assert schedule.chunk_ends(0, 10, 4, 6) == [4, 6, 8, 10]
+  assert schedule.chunk_ends(6, 10, 4, 6) == [8, 10]
+  assert schedule.chunk_ends(0, 3, 100, 100) == [3]
 
 
 @pytest.mark.slow
@@ -244,7 +246,7 @@ def test_workdir_rules(tmp_path):
   cfg = {"steps": 10, "alpha": ["0"], "workdir": "x", "overwrite": False}
   wd = str(tmp_path / "run")
   assert workdir_lib.prepare(wd, cfg) is workdir_lib.Status.NEW
-  assert json.load(open(os.path.join(wd, "config.json")))["steps"] == 10
+  assert json.loads(pathlib.Path(wd, "config.json").read_text())["steps"] == 10
   assert workdir_lib.prepare(wd, {**cfg, "workdir": "y"}) is workdir_lib.Status.RESUME
   with pytest.raises(workdir_lib.WorkdirError, match=r"--steps=10 \(now 20\)"):
     workdir_lib.prepare(wd, {**cfg, "steps": 20})

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from mechjax.train import loop
+from mechjax.train import distributed
 from tests.helpers import ROOT
 
 SCRIPT = textwrap.dedent("""
@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent("""
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     import numpy as np, optax
-    from mechjax.train import loop
+    from mechjax.train import distributed, loop
     from tests.toy_problem import linear_problem
 
     problem = linear_problem()
@@ -55,7 +55,7 @@ SCRIPT = textwrap.dedent("""
       except ValueError as e:
         out["not_injected"] = str(e)
       try:
-        loop.seed_sharding(6, True)
+        distributed.seed_sharding(6, True)
       except ValueError as e:
         out["indivisible"] = str(e)
     print(json.dumps(out))
@@ -84,7 +84,7 @@ def test_sharded_seeds_equal_the_unsharded_run():
 
 
 def test_one_device_never_shards():
-  assert loop.seed_sharding(8, True) is None and loop.seed_sharding(8, None) is None
+  assert distributed.seed_sharding(8, True) is None and distributed.seed_sharding(8, None) is None
 
 
 def test_the_model_axis_splits_large_leaves_along_a_divisible_dimension():

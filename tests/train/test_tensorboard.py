@@ -64,7 +64,7 @@ def test_experiment_flag_writes_events_that_match_metrics_jsonl(tmp_path):
   r = run_module("experiments.fourier_phase", *args)
   assert r.returncode == 0, r.stderr
   runs = sorted(os.listdir(wd / "tensorboard"))
-  rows = [json.loads(line) for line in open(wd / "metrics.jsonl")]
+  rows = [json.loads(line) for line in (wd / "metrics.jsonl").read_text().splitlines()]
   assert runs == sorted({row["run"] for row in rows})
   for run in runs:
     scalars = _scalars(str(wd / "tensorboard" / run))

@@ -3,13 +3,13 @@
 import pytest
 from absl import flags
 
-from mechjax.train import flags as shared
+from mechjax import cli
 
 
 def test_list_of_accepts_the_choices_and_names_them_when_refusing():
   fv = flags.FlagValues()
   flags.DEFINE_list("workloads", ["4x200"], "", flag_values=fv)
-  shared.list_of("workloads", {"4x200": 1, "16x1000": 2}, flag_values=fv)
+  cli.list_of("workloads", {"4x200": 1, "16x1000": 2}, flag_values=fv)
   fv(["prog", "--workloads=16x1000,4x200"])
   assert fv.workloads == ["16x1000", "4x200"]
   for bad in ("--workloads=4x200,9x9", "--workloads="):

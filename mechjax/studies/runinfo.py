@@ -29,6 +29,7 @@ from typing import Any
 import jax
 
 import mechjax
+from mechjax.train import distributed
 
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
 FILE = "metadata.json"
@@ -132,7 +133,7 @@ def record_resume(workdir: str) -> list[str]:
     saved = json.load(f)
   reference = saved if "devices" in saved else (saved.get("resumes") or [now])[0]
   diffs = differences(reference, now)
-  if diffs and metrics_lib.is_writer():
+  if diffs and distributed.is_writer():
     print(
       f"mechjax: warning: resuming {workdir} with {', '.join(diffs)} (it started with the "
       "former); results may differ from an uninterrupted run",

@@ -4,7 +4,7 @@
 Rules, so that nothing is silently lost or overwritten:
 
 * a new folder gets ``config.json`` (every setting, by flag name) and ``metadata.json`` (versions,
-  commit, devices, command line: :mod:`mechjax.train.runinfo`);
+  commit, devices, command line: :mod:`mechjax.studies.runinfo`);
 * a folder with ``config.json`` and no ``summary.json`` is an unfinished run: it resumes, and its
   settings must match, or the run stops with the names of the settings that differ; a resume on
   another device count or package version is recorded and warned about;
@@ -22,8 +22,9 @@ import shutil
 from typing import Any
 
 from mechjax import config as config_lib
+from mechjax.studies import runinfo
+from mechjax.train import distributed
 from mechjax.train import metrics as metrics_lib
-from mechjax.train import runinfo
 
 IGNORED_KEYS = ("workdir", "overwrite")
 
@@ -77,7 +78,7 @@ def prepare(workdir: str, config: Any, overwrite: bool = False) -> Status:
       "choose another --workdir"
     )
   if overwrite and is_run:
-    if metrics_lib.is_writer():
+    if distributed.is_writer():
       shutil.rmtree(workdir)
     is_run = False
   if is_run:
@@ -108,7 +109,7 @@ def prepare(workdir: str, config: Any, overwrite: bool = False) -> Status:
       return Status.COMPLETE
     runinfo.record_resume(workdir)
     return Status.RESUME
-  if metrics_lib.is_writer():
+  if distributed.is_writer():
     os.makedirs(workdir, exist_ok=True)
     metrics_lib.write_json(
       p["config.json"], fresh

@@ -11,7 +11,7 @@ Errors a user can cause print exactly one line on stderr and exit non-zero, with
 
 * a bad flag value: ``error: flag --steps=0: must be an integer >= 1`` (exit 2), the text of the
   same :class:`mechjax.config.ConfigError` that ``Config(...)`` raises in Python;
-* a workdir that cannot be used (:class:`mechjax.train.workdir.WorkdirError`, exit 2);
+* a workdir that cannot be used (:class:`mechjax.studies.workdir.WorkdirError`, exit 2);
 * a non-finite loss (:class:`mechjax.train.loop.NonFiniteError`, exit 1).
 
 The theory scripts define their own flags with absl and use :func:`positive_int` and friends and
@@ -30,48 +30,14 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import mechjax
 from mechjax import config as config_lib
+from mechjax.studies.frame import StudyStopped
+from mechjax.studies.workdir import WorkdirError
+from mechjax.train import distributed
 from mechjax.train.loop import NonFiniteError
-from mechjax.train.loop import StudyStopped
-from mechjax.train.workdir import WorkdirError
 
 FLAGS = flags.FLAGS
-
-
-def cpu_cores_as_devices() -> bool:
-  """Makes every CPU core a JAX device (:func:`mechjax.use_all_cpu_cores`), so that SGLD chains
-  and seeds are sharded over the cores. Call it before JAX runs anything. Returns False, changing
-  nothing, when JAX has already started (as in an in-process test) or the count was set already.
-  Accelerator backends are not affected; single-device programs run as before."""
-  import mechjax  # local: flag parsing itself does not need JAX
-
-  return mechjax.set_cpu_devices()
-
-
-def initialize_distributed() -> bool:
-  """Multi-host JAX, behind an environment variable: with ``MECHJAX_DISTRIBUTED=1`` this calls
-  ``jax.distributed.initialize()``. On Cloud TPU and SLURM the coordinator is found automatically;
-  elsewhere set ``MECHJAX_COORDINATOR`` (``host:port``), ``MECHJAX_NUM_PROCESSES`` and
-  ``MECHJAX_PROCESS_ID``. Returns whether it initialised. Only process 0 writes files
-  (:func:`mechjax.train.metrics.is_writer`)."""
-  if os.environ.get("MECHJAX_DISTRIBUTED", "").lower() not in ("1", "true", "yes"):
-    return False
-  import jax  # local: flag parsing itself does not need JAX
-
-  kwargs = {}
-  if os.environ.get("MECHJAX_COORDINATOR"):
-    kwargs["coordinator_address"] = os.environ["MECHJAX_COORDINATOR"]
-  for env, key in (
-    ("MECHJAX_NUM_PROCESSES", "num_processes"),
-    ("MECHJAX_PROCESS_ID", "process_id"),
-  ):
-    if os.environ.get(env):
-      try:
-        kwargs[key] = int(os.environ[env])
-      except ValueError:
-        raise WorkdirError(f"{env}={os.environ[env]!r} must be an integer") from None
-  jax.distributed.initialize(**kwargs)
-  return True
 
 
 def positive_int(name: str, minimum: int = 1) -> None:
@@ -191,9 +157,9 @@ def experiment(study: ModuleType, module_name: str):
   the same rules), and prints ``study.report(summary)`` and then, last, where the outputs are,
   naming ``report.html``. A study with
   ``CPU_CORES_AS_DEVICES = True`` makes every CPU core a JAX device first
-  (:func:`cpu_cores_as_devices`). Use it as::
+  (:func:`mechjax.use_all_cpu_cores`). Use it as::
 
-      main = flags.experiment(fourier_phase, __name__)
+      main = cli.experiment(fourier_phase, __name__)
       if __name__ == "__main__":
         main()
   """
@@ -207,7 +173,7 @@ def experiment(study: ModuleType, module_name: str):
     if len(argv) > 1:
       raise FlagError(f"unexpected arguments {argv[1:]}; every setting is a --flag")
     if getattr(study, "CPU_CORES_AS_DEVICES", False):
-      cpu_cores_as_devices()
+      mechjax.use_all_cpu_cores()
     cfg = config_from_flags(study.Config)
     summary = study.run(
       cfg, FLAGS.workdir, overwrite=FLAGS.overwrite, tensorboard=FLAGS.tensorboard
@@ -257,9 +223,9 @@ def run(main: Callable[[list[str]], None]) -> None:
   def wrapped(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.
     try:
-      initialize_distributed()
+      distributed.initialize_distributed()
       main(argv)
-    except (WorkdirError, FlagError, config_lib.ConfigError) as e:
+    except (WorkdirError, FlagError, config_lib.ConfigError, distributed.SetupError) as e:
       print(f"error: {_one_line(e)}", file=sys.stderr)
       sys.exit(2)
     except (NonFiniteError, StudyStopped) as e:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -10,8 +11,8 @@ import jax
 import pytest
 
 import mechjax
-from mechjax.train import runinfo
-from mechjax.train import workdir as workdir_lib
+from mechjax.studies import runinfo
+from mechjax.studies import workdir as workdir_lib
 from tests.helpers import ROOT
 
 
@@ -60,10 +61,10 @@ def test_a_resume_is_recorded_and_warns_only_on_a_difference(tmp_path, capsys):
 def test_a_finished_run_is_not_touched(tmp_path, capsys):
   folder = str(tmp_path / "run")
   workdir_lib.prepare(folder, {"steps": 3})
-  open(os.path.join(folder, "summary.json"), "w").write("{}")
-  before = open(os.path.join(folder, "metadata.json")).read()
+  pathlib.Path(folder, "summary.json").write_text("{}")
+  before = pathlib.Path(folder, "metadata.json").read_text()
   assert workdir_lib.prepare(folder, {"steps": 3}) is workdir_lib.Status.COMPLETE
-  assert open(os.path.join(folder, "metadata.json")).read() == before
+  assert pathlib.Path(folder, "metadata.json").read_text() == before
 
 
 def test_differences_names_what_can_change_the_numbers():
@@ -79,7 +80,7 @@ def test_differences_names_what_can_change_the_numbers():
 
 _PREPARE = (
   "import sys, jax; jax.config.update('jax_num_cpu_devices', int(sys.argv[1]));"
-  "from mechjax.train import workdir; print(workdir.prepare(sys.argv[2], {'steps': 3}).value)"
+  "from mechjax.studies import workdir; print(workdir.prepare(sys.argv[2], {'steps': 3}).value)"
 )
 
 

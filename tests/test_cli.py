@@ -49,6 +49,15 @@ def test_bad_flag_gives_one_line_and_nonzero_exit(flag, name, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_bad_multihost_setting_gives_one_line(tmp_path):
+  env = {**os.environ, "MECHJAX_DISTRIBUTED": "1", "MECHJAX_PROCESS_ID": "first"}
+  r = run_module("experiments.template", f"--workdir={tmp_path / 'w'}", env=env)
+  assert r.returncode == 2, r.stderr
+  assert r.stderr.strip() == "error: MECHJAX_PROCESS_ID='first' must be an integer", r.stderr
+  assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.slow
 def test_huge_learning_rate_stops_with_the_nan_message(tmp_path):
   wd = tmp_path / "nan"
   r = run_module(
@@ -170,5 +179,6 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
   for ra, rb in zip(rows_a, rows_b):
     for k in ("train_loss", "test_loss", "test_acc"):
       np.testing.assert_allclose(ra[k], rb[k], atol=1e-6)
-  sa, sb = json.load(open(straight / "summary.json")), json.load(open(killed / "summary.json"))
+  sa = json.loads((straight / "summary.json").read_text())
+  sb = json.loads((killed / "summary.json").read_text())
   assert sa["conditions"] == sb["conditions"]
