@@ -7,15 +7,16 @@ nothing but timings"::
   python3 .ci/tiny_summaries.py --compare DIR_A DIR_B
 
 Run from the repository root (any folder works: the script puts its own checkout first on
-``sys.path``). The first form runs each study of ``mechjax/studies/`` that has a ``run`` at the tiny
-config below (the tests' configs: tests/studies/test_*.py, tests/pretrained/test_studies.py),
-``module.run(module.Config().replace(**tiny), OUT_DIR/<study>, progress=False)``, each in a process
-of its own started from this script (the hidden ``--one=NAME OUT_DIR``) so that the studies cannot
-affect one another; a study with ``CPU_CORES_AS_DEVICES = True`` makes every CPU core a JAX device
-first, as the command line does (:func:`mechjax.use_all_cpu_cores`). JAX runs with
-its default compile settings: ``JAX_DISABLE_MOST_OPTIMIZATIONS`` (which the tests set) is removed
-from the studies' environment; everything else (``XLA_FLAGS``, ...) is inherited, so run the before
-and the after in the same environment. It writes
+``sys.path``). The first form runs each study of ``mechjax/studies/`` that exports a ``STUDY`` at
+the tiny config below (the tests' configs: tests/studies/test_*.py,
+tests/pretrained/test_studies.py), ``module.STUDY.run(module.Config().replace(**tiny),
+OUT_DIR/<study>, progress=False)``, each in a process of its own started from this script (the
+hidden ``--one=NAME OUT_DIR``) so that the studies cannot affect one another; a study whose
+``STUDY.cpu_cores_as_devices`` is set makes every CPU core a JAX device first, as the command line
+does (:func:`mechjax.use_all_cpu_cores`). JAX runs with its default compile settings:
+``JAX_DISABLE_MOST_OPTIMIZATIONS`` (which the tests set) is removed from the studies' environment;
+everything else (``XLA_FLAGS``, ...) is inherited, so run the before and the after in the same
+environment. It writes
 
 * ``OUT_DIR/<study>/``: the study's workdir, removed first if it exists (a finished workdir would
   otherwise be read back, not recomputed);
@@ -38,8 +39,8 @@ name contains "time", "eta", "sec", "elapsed", "dur", "wall" or "clock" is ``nbe
 sampler's inverse temperature times n; kept). Nothing else differs from run to run: two runs of
 this script on the same checkout give identical files.
 
-``--only=name1,name2`` runs just those studies (module names, e.g. ``tensor_backdoor``, or their
-``NAME``, e.g. ``tensor_similarity_backdoor``).
+``--only=name1,name2`` runs just those studies (module names, e.g. ``tensor_similarity_backdoor``,
+or their ``NAME``, e.g. ``tensor_similarity_backdoor``).
 
 The second form prints a unified diff of ``DIR_A/<study>.json`` and ``DIR_B/<study>.json`` for every
 study whose cleaned summary differs (or that only one folder has) and exits 1 if any does, 0 if
@@ -218,21 +219,24 @@ TINY = {
   "polymorphism": POLYMORPHISM,
   "pretrained_llc": PRETRAINED_LLC,
   "pretrained_polymorphism": PRETRAINED_POLYMORPHISM,
-  "tensor_backdoor": TENSOR_BACKDOOR,
-  "tensor_grokking": TENSOR_GROKKING,
+  "tensor_similarity_backdoor": TENSOR_BACKDOOR,
+  "tensor_similarity_grokking": TENSOR_GROKKING,
   "template": TEMPLATE,
 }
 
 
 def study_modules() -> list[str]:
-  """The modules of mechjax/studies/ that define ``run`` at top level (read, not imported)."""
+  """The modules of mechjax/studies/ that export a ``STUDY`` (read, not imported)."""
   names = []
   for file in sorted(os.listdir(STUDIES_DIR)):
     if not file.endswith(".py") or file.startswith("_"):
       continue
     with open(os.path.join(STUDIES_DIR, file)) as f:
       tree = ast.parse(f.read(), file)
-    if any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
+    if any(
+      isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "STUDY" for t in n.targets)
+      for n in tree.body
+    ):
       names.append(file[:-3])
   return names
 
@@ -308,7 +312,7 @@ def run_one(name: str, out_dir: str) -> None:
 
   logging.set_verbosity(logging.WARNING)  # as the command line: orbax logs every save at INFO
   module = importlib.import_module(f"mechjax.studies.{name}")
-  if getattr(module, "CPU_CORES_AS_DEVICES", False):
+  if module.STUDY.cpu_cores_as_devices:
     mechjax.use_all_cpu_cores()  # before JAX runs anything, as mechjax.cli.experiment does
   os.chdir(out_dir)
   tiny = dict(TINY[name])
@@ -316,7 +320,7 @@ def run_one(name: str, out_dir: str) -> None:
     tiny.update(pretrained_inputs(name))
   cfg = module.Config().replace(**tiny)
   shutil.rmtree(name, ignore_errors=True)
-  module.run(cfg, name, progress=False)
+  module.STUDY.run(cfg, name, progress=False)
   print(f"{name}: {jax.device_count()} JAX device(s), {jax.default_backend()}")  # for the log
   with open(os.path.join(name, "summary.json")) as f:
     summary = json.load(f)

@@ -44,6 +44,8 @@ from absl import flags
 from benchmarks.timing import best_time
 from mechjax import cli
 from mechjax.models import bilinear as bl
+from mechjax.similarity import depth_one
+from mechjax.similarity import reference
 from mechjax.similarity import tensor as ts
 
 flags.DEFINE_list(
@@ -129,13 +131,13 @@ def single(rng, d, h, dtype):
 
 def gaussian_plan(d: int, h: int) -> tuple[str, int]:
   """The contraction path ``tensor_similarity(measure="gaussian")`` takes for two bare layers
-  ``d → h → 10`` (one of :data:`~mechjax.similarity.tensor.DEPTH_ONE_PATHS`; three inner products
+  ``d → h → 10`` (one of :data:`~mechjax.similarity.depth_one.DEPTH_ONE_PATHS`; three inner products
   among two networks) and its multiply-adds, from the shapes alone."""
   net = [{k: np.broadcast_to(0.0, s) for k, s in (("left", (h, d)), ("right", (h, d)))}]
   net[0]["out"] = np.broadcast_to(0.0, (OUTPUTS, h))
-  forms, keep = ts._depth_one_plan(net, net, 3, 2, True)
-  work = ts._depth_one_costs(net, net, 3, 2, True)[(forms, keep)]
-  return ts.DEPTH_ONE_PATHS[2 * forms + keep], work
+  forms, keep = depth_one._depth_one_plan(net, net, 3, 2, True)
+  work = depth_one._depth_one_costs(net, net, 3, 2, True)[(forms, keep)]
+  return depth_one.DEPTH_ONE_PATHS[2 * forms + keep], work
 
 
 def gaussian_section(rng):
@@ -595,7 +597,7 @@ def main(argv):
     return
   rng = np.random.default_rng(0)
   recursion = jax.jit(lambda a, b: ts.tensor_inner(a, b))
-  brute = jax.jit(lambda a, b: ts.brute_force_inner(a, b))
+  brute = jax.jit(lambda a, b: reference.brute_force_inner(a, b))
   print(
     f"device: {jax.devices()[0].platform}; depth 2 (two bilinear layers), float32, best of "
     f"{FLAGS.repeats}"

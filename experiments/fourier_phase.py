@@ -15,7 +15,7 @@ config and the whole summary.
 from mechjax import cli
 from mechjax.studies import fourier_phase
 
-main = cli.experiment(fourier_phase, __name__)
+main = cli.experiment(fourier_phase.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

@@ -15,7 +15,7 @@ config and the whole summary.
 from mechjax import cli
 from mechjax.studies import llc_dynamics
 
-main = cli.experiment(llc_dynamics, __name__)
+main = cli.experiment(llc_dynamics.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

@@ -17,7 +17,7 @@ config and the whole summary.
 from mechjax import cli
 from mechjax.studies import patterning_induction
 
-main = cli.experiment(patterning_induction, __name__)
+main = cli.experiment(patterning_induction.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

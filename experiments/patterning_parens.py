@@ -17,7 +17,7 @@ config and the whole summary.
 from mechjax import cli
 from mechjax.studies import patterning_parens
 
-main = cli.experiment(patterning_parens, __name__)
+main = cli.experiment(patterning_parens.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

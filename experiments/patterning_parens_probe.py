@@ -15,7 +15,7 @@ config and the whole summary.
 from mechjax import cli
 from mechjax.studies import patterning_parens_probe
 
-main = cli.experiment(patterning_parens_probe, __name__)
+main = cli.experiment(patterning_parens_probe.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

@@ -16,7 +16,7 @@ config and the whole summary.
 from mechjax import cli
 from mechjax.studies import polymorphism
 
-main = cli.experiment(polymorphism, __name__)
+main = cli.experiment(polymorphism.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

@@ -15,7 +15,7 @@ config and the whole summary.
 from mechjax import cli
 from mechjax.studies import pretrained_llc
 
-main = cli.experiment(pretrained_llc, __name__)
+main = cli.experiment(pretrained_llc.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

@@ -17,7 +17,7 @@ and the whole summary.
 from mechjax import cli
 from mechjax.studies import pretrained_polymorphism
 
-main = cli.experiment(pretrained_polymorphism, __name__)
+main = cli.experiment(pretrained_polymorphism.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

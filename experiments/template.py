@@ -10,7 +10,7 @@ Writes config.json, metrics.jsonl, summary.json, figures/accuracy.png and report
 from mechjax import cli
 from mechjax.studies import template
 
-main = cli.experiment(template, __name__)
+main = cli.experiment(template.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

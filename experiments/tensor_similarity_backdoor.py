@@ -8,17 +8,17 @@ Trains Bilinear(64 → 64) → Linear(64 → 10) on scikit-learn's 8×8 digits, 
 from the same weights: with a fraction of each batch stamped with a corner patch and relabelled to
 the target class, and without poison (the control). Writes config.json, metrics.jsonl, summary.json,
 similarity.json and figures/backdoor_similarity.png to --workdir (default
-runs/tensor_similarity_backdoor). The settings and their flags: mechjax/studies/tensor_backdoor.py
-(Config); `--help` lists them.
+runs/tensor_similarity_backdoor). The settings and their flags:
+mechjax/studies/tensor_similarity_backdoor.py (Config); `--help` lists them.
 
 Afterwards open report.html in --workdir: the results, the figures with their captions, then the
 config and the whole summary.
 """
 
 from mechjax import cli
-from mechjax.studies import tensor_backdoor
+from mechjax.studies import tensor_similarity_backdoor
 
-main = cli.experiment(tensor_backdoor, __name__)
+main = cli.experiment(tensor_similarity_backdoor.STUDY, __name__)
 
 if __name__ == "__main__":
   main()

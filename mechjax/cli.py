@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-from types import ModuleType
 from typing import Callable
 
 from absl import app
@@ -32,6 +31,7 @@ from absl import logging
 
 import mechjax
 from mechjax import config as config_lib
+from mechjax.studies.frame import Study
 from mechjax.studies.frame import StudyStopped
 from mechjax.studies.workdir import WorkdirError
 from mechjax.train import distributed
@@ -148,33 +148,34 @@ def config_from_flags(config_cls: type, flag_values: flags.FlagValues = FLAGS):
     ) from None
 
 
-def experiment(study: ModuleType, module_name: str):
-  """The entry point of ``python -m experiments.<name>``: defines ``study.Config``'s flags and
-  returns ``main``.
+def experiment(study: Study, module_name: str):
+  """The entry point of ``python -m experiments.<name>``: defines the flags of ``study.config``
+  and returns ``main``.
 
   ``main()`` parses the flags into a ``Config``, calls ``study.run(cfg, --workdir,
   overwrite=--overwrite)`` (which applies the workdir contract itself, so a call from Python obeys
   the same rules), and prints ``study.report(summary)`` and then, last, where the outputs are,
-  naming ``report.html``. A study with
-  ``CPU_CORES_AS_DEVICES = True`` makes every CPU core a JAX device first
-  (:func:`mechjax.use_all_cpu_cores`). Use it as::
+  naming ``report.html``. A study with ``cpu_cores_as_devices`` makes every CPU core a JAX device
+  first (:func:`mechjax.use_all_cpu_cores`). Use it as::
 
-      main = cli.experiment(fourier_phase, __name__)
+      main = cli.experiment(fourier_phase.STUDY, __name__)
       if __name__ == "__main__":
         main()
   """
+  if not isinstance(study, Study):
+    raise TypeError(f"cli.experiment takes a study's STUDY (a frame.Study); got {study!r}")
   define(
-    study.Config,
+    study.config,
     module_name=sys.argv[0] if module_name == "__main__" else module_name,
-    workdir=os.path.join("runs", study.NAME),
+    workdir=os.path.join("runs", study.name),
   )
 
   def body(argv):
     if len(argv) > 1:
       raise FlagError(f"unexpected arguments {argv[1:]}; every setting is a --flag")
-    if getattr(study, "CPU_CORES_AS_DEVICES", False):
+    if study.cpu_cores_as_devices:
       mechjax.use_all_cpu_cores()
-    cfg = config_from_flags(study.Config)
+    cfg = config_from_flags(study.config)
     summary = study.run(
       cfg, FLAGS.workdir, overwrite=FLAGS.overwrite, tensorboard=FLAGS.tensorboard
     )

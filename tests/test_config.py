@@ -19,8 +19,8 @@ STUDIES = (
   "patterning_parens",
   "patterning_parens_probe",
   "polymorphism",
-  "tensor_backdoor",
-  "tensor_grokking",
+  "tensor_similarity_backdoor",
+  "tensor_similarity_grokking",
 )
 SHARED = {"workdir", "seed", "num_seeds", "steps", "checkpoint_every", "log_every", "overwrite"}
 
@@ -148,8 +148,8 @@ BAD = [  # (study, flag, the flag the one line must name)
   ("patterning_parens", "--sgld_step_size=0", "--sgld_step_size"),
   ("patterning_induction", "--length=7", "--length"),
   ("patterning_induction", "--strength=1", "--strength"),
-  ("tensor_backdoor", "--target_class=10", "--target_class"),
-  ("tensor_grokking", "--weight_decays=0.1,0.1", "--weight_decays"),
+  ("tensor_similarity_backdoor", "--target_class=10", "--target_class"),
+  ("tensor_similarity_grokking", "--weight_decays=0.1,0.1", "--weight_decays"),
 ]
 
 

@@ -1,5 +1,7 @@
-"""docs/design.md's layout block names every module of the package, and only modules that exist."""
+"""The package's layout: docs/design.md's layout block names every module and only modules that
+exist, and no module or function is too long."""
 
+import ast
 import os
 import re
 
@@ -65,3 +67,45 @@ def test_the_check_sees_a_missing_module():
   lines = [line for line in layout_block() if "langevin.py" not in line]
   named, _ = named_modules(lines)
   assert "slt/langevin.py" in package_modules() - named
+
+
+# Guards, not the goal: a module holds one job and says which in its docstring's first line.
+MAX_MODULE_LINES = 600
+MAX_BODY_LINES = 80
+
+
+def _bodies(path: str):
+  """``(name, lines)`` of every function in ``path``, its docstring left out."""
+  with open(path) as f:
+    tree = ast.parse(f.read(), path)
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      body = node.body
+      if (
+        len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+      ):
+        body = body[1:]
+      yield node.name, node.end_lineno - body[0].lineno + 1
+
+
+def test_no_module_or_function_of_the_package_is_too_long():
+  long_modules, long_bodies = [], []
+  for module in sorted(package_modules()):
+    path = os.path.join(ROOT, "mechjax", module)
+    with open(path) as f:
+      lines = f.read().count("\n")
+    if lines > MAX_MODULE_LINES:
+      long_modules.append(f"{module} ({lines} lines)")
+    long_bodies += [f"{module}: {n} ({k} lines)" for n, k in _bodies(path) if k > MAX_BODY_LINES]
+  assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
+  assert not long_bodies, f"function bodies over {MAX_BODY_LINES} lines: {long_bodies}"
+
+
+def test_every_module_says_its_job_in_its_docstring():
+  missing = []
+  for module in sorted(package_modules()):
+    with open(os.path.join(ROOT, "mechjax", module)) as f:
+      doc = ast.get_docstring(ast.parse(f.read()))
+    if not doc or not doc.split("\n")[0].strip():
+      missing.append(module)
+  assert not missing, f"modules without a docstring whose first line says their job: {missing}"

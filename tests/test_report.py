@@ -70,26 +70,16 @@ def test_the_report_leads_with_the_results_and_captioned_figures_and_ends_with_t
 
 
 def test_a_studys_report_html_carries_its_report_lines(tmp_path):
+  from mechjax import config
   from mechjax.studies import frame
 
-  @frame.study
-  def body(cfg, ctx):
-    return frame.Outputs({"answer": 42.0})
-
-  import sys
-
-  module = sys.modules[body.__module__]
-  real = getattr(module, "report", None)
-  module.report = lambda summary: [f"  the answer is {summary['answer']:g}"]
-  try:
-    from mechjax import config
-
-    body(config.RunSettings(), str(tmp_path / "wd"), progress=False)
-  finally:
-    if real is None:
-      del module.report
-    else:
-      module.report = real
+  study = frame.Study(
+    "answer",
+    config.RunSettings,
+    lambda cfg, ctx: frame.Outputs({"answer": 42.0}),
+    report=lambda summary: [f"  the answer is {summary['answer']:g}"],
+  )
+  study.run(config.RunSettings(), str(tmp_path / "wd"), progress=False)
   page = (tmp_path / "wd" / "report.html").read_text()
   assert "<h2>Results</h2>" in page and "the answer is 42" in page
 

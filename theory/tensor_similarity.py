@@ -38,6 +38,8 @@ import numpy as np
 
 from mechjax import rng as rng_lib
 from mechjax.models import bilinear as bl
+from mechjax.similarity import baselines
+from mechjax.similarity import reference
 from mechjax.similarity import tensor as ts
 
 
@@ -58,27 +60,6 @@ class Report:
       )
 
 
-def _rand_bilinear(rng, h, i, o):
-  return {
-    "left": rng.normal(size=(h, i)),
-    "right": rng.normal(size=(h, i)),
-    "out": rng.normal(size=(o, h)) / h,
-  }
-
-
-def _rand_linear(rng, o, i):
-  return {"weight": rng.normal(size=(o, i)) / np.sqrt(i)}
-
-
-def _correlated(rng, net, noise=0.3):
-  """``net`` with every weight perturbed by ``noise`` of its scale: a second network whose inner
-  product with ``net`` is large next to the Monte-Carlo error, so that a wrong formula is
-  detectable."""
-  return [
-    {k: v + noise * np.std(v) * rng.normal(size=v.shape) for k, v in layer.items()} for layer in net
-  ]
-
-
 def _net(model, keys, x):
   """``model.init`` for a batch of keys, in one compiled program, as float64."""
   params = jax.jit(jax.vmap(model.init, in_axes=(0, None)))(keys, x)
@@ -88,13 +69,16 @@ def _net(model, keys, x):
 def recursion_vs_brute_force(report, rng, width):
   d, h, o = width, width + 1, 3
   cases = {
-    "1 bilinear": lambda: [_rand_bilinear(rng, h, d, o)],
-    "2 bilinear": lambda: [_rand_bilinear(rng, h, d, d), _rand_bilinear(rng, h - 2, d, o)],
+    "1 bilinear": lambda: [reference.random_bilinear(rng, h, d, o)],
+    "2 bilinear": lambda: [
+      reference.random_bilinear(rng, h, d, d),
+      reference.random_bilinear(rng, h - 2, d, o),
+    ],
     "linear, 2 bilinear, linear": lambda: [
-      _rand_linear(rng, d, d + 1),
-      _rand_bilinear(rng, h, d, d),
-      _rand_bilinear(rng, h, d, d),
-      _rand_linear(rng, o, d),
+      reference.random_linear(rng, d, d + 1),
+      reference.random_bilinear(rng, h, d, d),
+      reference.random_bilinear(rng, h, d, d),
+      reference.random_linear(rng, o, d),
     ],
   }
   for name, make in cases.items():
@@ -102,7 +86,7 @@ def recursion_vs_brute_force(report, rng, width):
     for sym in (True, False):
       r, bf = (
         float(ts.tensor_inner(a, b, symmetrize=sym)),
-        float(ts.brute_force_inner(a, b, symmetrize=sym)),
+        float(reference.brute_force_inner(a, b, symmetrize=sym)),
       )
       report.check(
         f"recursion = brute force, {name}, {'node-wise symmetrised' if sym else 'unsymmetrised'} "
@@ -115,7 +99,7 @@ def recursion_vs_brute_force(report, rng, width):
   keys = jax.random.split(jax.random.PRNGKey(int(rng.integers(1 << 30))))
   both = _net(model, keys, jnp.zeros((1, d)))  # two networks, one compiled init
   a, b = (bl.to_layers(model, jax.tree.map(lambda v, i=i: v[i], both)) for i in range(2))
-  r, bf = float(ts.tensor_inner(a, b)), float(ts.brute_force_inner(a, b))
+  r, bf = float(ts.tensor_inner(a, b)), float(reference.brute_force_inner(a, b))
   report.check(
     "recursion = brute force, residual BilinearNet with biases (homogeneous form, relative error)",
     abs(r - bf) / abs(bf),
@@ -126,11 +110,13 @@ def recursion_vs_brute_force(report, rng, width):
 
 def gaussian_single_layer(report, rng, key, width, samples):
   d, o = width, 3
-  a = [_rand_bilinear(rng, width + 2, d, o)]
-  b = _correlated(rng, a)
+  a = [reference.random_bilinear(rng, width + 2, d, o)]
+  b = reference.perturbed(rng, a)
   for i, constant in enumerate((False, True)):
     exact = float(ts.gaussian_inner(a, b, constant=constant))
-    mean, se = ts.monte_carlo_inner(a, b, jax.random.fold_in(key, i), samples, constant=constant)
+    mean, se = reference.monte_carlo_inner(
+      a, b, jax.random.fold_in(key, i), samples, constant=constant
+    )
     label = "input [1; x]" if constant else "input x"
     report.check(
       f"one layer, {label}: E<f_a, f_b> (Monte Carlo, {samples} draws, s.e. {se:.3g}) vs "
@@ -154,14 +140,14 @@ def gaussian_single_layer(report, rng, key, width, samples):
 def multilinear_identity(report, rng, key, width, samples):
   d, h, o = width, width + 1, 3
   nets = {
-    1: lambda: [_rand_bilinear(rng, h, d, o)],
-    2: lambda: [_rand_bilinear(rng, h, d, d), _rand_bilinear(rng, h, d, o)],
+    1: lambda: [reference.random_bilinear(rng, h, d, o)],
+    2: lambda: [reference.random_bilinear(rng, h, d, d), reference.random_bilinear(rng, h, d, o)],
   }
   for depth, make in nets.items():
     a = make()
-    b = _correlated(rng, a)
+    b = reference.perturbed(rng, a)
     exact = float(ts.tensor_inner(a, b))
-    mean, se = ts.monte_carlo_inner(
+    mean, se = reference.monte_carlo_inner(
       a, b, jax.random.fold_in(key, depth), samples, independent_copies=True
     )
     report.check(
@@ -172,7 +158,7 @@ def multilinear_identity(report, rng, key, width, samples):
       3 * se,
     )
     if depth == 2:
-      same, se_same = ts.monte_carlo_inner(a, b, rng_lib.fold(key, "same-input"), samples)
+      same, se_same = reference.monte_carlo_inner(a, b, rng_lib.fold(key, "same-input"), samples)
       print(
         f"      (same input in every slot at depth 2: E<f_a, f_b> = {same:.4g} ± {se_same:.2g}, "
         "not <T_a, T_b> = "
@@ -220,7 +206,7 @@ def invariances(report, key, width):
     same_fn = float(jnp.max(jnp.abs(apply(tp, x) - y)) / jnp.max(jnp.abs(y)))
     sim = float(ts.tensor_similarity(base, other))
     inner_rel = float(abs(ts.tensor_inner(base, other) / ts.tensor_inner(base, base) - 1))
-    wc = float(ts.weight_cosine(base, other))
+    wc = float(baselines.weight_cosine(base, other))
     report.check(
       f"{name}: the function is unchanged (max relative output difference)", same_fn, 0.0, 1e-9
     )
@@ -240,7 +226,7 @@ def invariances(report, key, width):
 
 def one_only_for_equal_functions(report, rng, width, pairs=20):
   d, h, o = width, width + 1, 3
-  make = lambda: [_rand_bilinear(rng, h, d, d), _rand_bilinear(rng, h, d, o)]
+  make = lambda: [reference.random_bilinear(rng, h, d, d), reference.random_bilinear(rng, h, d, o)]
   a = make()
   scaled = a[:-1] + [{**a[-1], "out": 3.0 * a[-1]["out"]}]
   report.check("sim(a, a) = 1", float(ts.tensor_similarity(a, a)), 1.0, 1e-12)
@@ -251,7 +237,7 @@ def one_only_for_equal_functions(report, rng, width, pairs=20):
     1e-12,
   )
   b = make()
-  ta, tb = np.asarray(ts.materialize(a)), np.asarray(ts.materialize(b))
+  ta, tb = np.asarray(reference.materialize(a)), np.asarray(reference.materialize(b))
   dist = 0.5 * np.sum((ta / np.linalg.norm(ta) - tb / np.linalg.norm(tb)) ** 2)
   sim = float(ts.tensor_similarity(a, b))
   report.check(
@@ -277,7 +263,7 @@ def one_only_for_equal_functions(report, rng, width, pairs=20):
 
 
 def log_space(report, rng, width, depth=10):
-  net = [_rand_bilinear(rng, width, width, width) for _ in range(depth)]
+  net = [reference.random_bilinear(rng, width, width, width) for _ in range(depth)]
   net = [{k: 10.0 * v for k, v in layer.items()} for layer in net]
   c, _ = ts.log_gram(net, net)
   nudged = [dict(layer) for layer in net]

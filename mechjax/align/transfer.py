@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from mechjax.align import procrustes
 from mechjax.models import sae as sae_lib
 from mechjax.similarity import representational as rep
-from mechjax.similarity.tensor import output_cosine
+from mechjax.similarity.baselines import output_cosine
 
 
 def explained_variance(x: jax.Array, x_hat: jax.Array) -> jax.Array:

@@ -12,25 +12,25 @@ Example::
 """
 
 from mechjax.similarity import checkpoints
+from mechjax.similarity.baselines import cka_matrix
+from mechjax.similarity.baselines import cosine_matrix
+from mechjax.similarity.baselines import output_cosine
+from mechjax.similarity.baselines import weight_cosine
+from mechjax.similarity.depth_one import fold_single_bilinear
+from mechjax.similarity.reference import brute_force_inner
+from mechjax.similarity.reference import materialize
+from mechjax.similarity.reference import monte_carlo_inner
+from mechjax.similarity.reference import multilinear_apply
 from mechjax.similarity.representational import linear_cka
 from mechjax.similarity.representational import mean_cca
 from mechjax.similarity.representational import participation_ratio
 from mechjax.similarity.representational import procrustes_distance
-from mechjax.similarity.tensor import brute_force_inner
-from mechjax.similarity.tensor import cka_matrix
-from mechjax.similarity.tensor import cosine_matrix
-from mechjax.similarity.tensor import fold_single_bilinear
 from mechjax.similarity.tensor import gaussian_inner
 from mechjax.similarity.tensor import log_gram
-from mechjax.similarity.tensor import materialize
-from mechjax.similarity.tensor import monte_carlo_inner
-from mechjax.similarity.tensor import multilinear_apply
-from mechjax.similarity.tensor import output_cosine
 from mechjax.similarity.tensor import similarity_matrix
 from mechjax.similarity.tensor import slice_similarity
 from mechjax.similarity.tensor import tensor_inner
 from mechjax.similarity.tensor import tensor_similarity
-from mechjax.similarity.tensor import weight_cosine
 
 __all__ = [
   "brute_force_inner",

@@ -9,7 +9,7 @@ next to three baselines, each a ``(K, K)`` matrix over the ``K`` networks:
 * ``logit_cosine``: the cosine between two networks' outputs on the same inputs, flattened
   (behaviour);
 * ``weight_cosine``: the cosine between their flattened parameters (naive, basis-dependent);
-* ``cka``: linear CKA (:func:`mechjax.similarity.tensor.cka_matrix`) of the hidden products
+* ``cka``: linear CKA (:func:`mechjax.similarity.baselines.cka_matrix`) of the hidden products
   ``(Lx) ⊙ (Rx)`` of the first (bilinear) layer on those inputs.
 
 :func:`upper_pearson` then says how closely two measures agree over all pairs.
@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mechjax.models import bilinear as bl
+from mechjax.similarity import baselines
 from mechjax.similarity import tensor as ts
 
 MEASURES = ("tensor", "logit_cosine", "weight_cosine", "cka")
@@ -90,9 +91,9 @@ def matrices(
   nets = [bl.to_layers(model, p) for p in params]
   out = {
     "tensor": ts.similarity_matrix(nets),
-    "logit_cosine": ts.cosine_matrix(logits),
-    "weight_cosine": ts.cosine_matrix(jnp.stack([flat_weights(p) for p in params])),
-    "cka": ts.cka_matrix(hidden),
+    "logit_cosine": baselines.cosine_matrix(logits),
+    "weight_cosine": baselines.cosine_matrix(jnp.stack([flat_weights(p) for p in params])),
+    "cka": baselines.cka_matrix(hidden),
   }
   if slice_index is not None:
     out["tensor_slice"] = ts.similarity_matrix(nets, slice_index=slice_index)
@@ -102,7 +103,7 @@ def matrices(
 def logit_cosine(model: nn.Module, params: Sequence[dict], x: jax.Array) -> np.ndarray:
   """The cosine between every pair of the networks' outputs on the inputs ``x``, flattened, ``(K,
   K)``: the ``logit_cosine`` of :func:`matrices` alone, for inputs other than those of the rest."""
-  return ts.cosine_matrix(jax.vmap(lambda p: model.apply(p, x))(stack(params)))
+  return baselines.cosine_matrix(jax.vmap(lambda p: model.apply(p, x))(stack(params)))
 
 
 def upper_pearson(a: np.ndarray, b: np.ndarray) -> float:

@@ -33,16 +33,14 @@ from jax.sharding import Mesh
 from mechjax import rng
 from mechjax import sharding
 from mechjax.slt import chain as chain_lib
+from mechjax.slt import components as component_programs
 from mechjax.slt import inputs
 from mechjax.slt import langevin
 from mechjax.slt import mixing
-from mechjax.slt import params as params_lib
 from mechjax.slt import placement
 from mechjax.slt import sgld
-from mechjax.slt import stream
 from mechjax.slt.inputs import Streamed
 from mechjax.slt.moments import PowerSums
-from mechjax.slt.moments import SegmentedMoments
 from mechjax.slt.moments import StreamedMoments
 from mechjax.slt.moments import moments_covariance
 from mechjax.slt.moments import moments_reduce
@@ -50,8 +48,6 @@ from mechjax.slt.moments import over_segments
 from mechjax.slt.moments import product_moments
 from mechjax.slt.settings import SGLDSettings
 from mechjax.slt.settings import settings_from
-
-SEGMENTS = 20  # batches per chain for χ's batch-means ESS (as in batch_means_error)
 
 
 def _as_draws(name: str, a) -> jax.Array:
@@ -160,11 +156,11 @@ class SusceptibilityResult:
       two chains, from streamed power sums (:func:`chi_mixing`). Not rank-normalised: that needs
       the draws, which are not kept.
     chi_ess: ``(C, K, M)``, each entry's effective sample size by replicated batch means (Vats &
-      Knudson 2021, Statistical Science 36(4), eq. 9 with their λ² as the pooled variance of
-      ``p``): ``chains × draws × λ² / σ²``, with ``σ²`` from :data:`SEGMENTS` consecutive batches
-      per chain. Of all the draws; compare with 100 per chain. Both are NaN with fewer than 8
-      draws per chain. Entries failing either rule of :mod:`mechjax.slt.mixing` raise one
-      :class:`~mechjax.slt.llc.ChainsNotMixedWarning` line, with their share.
+      Knudson 2021, Statistical Science 36(4), eq. 9 with their λ² as the pooled variance of ``p``):
+      ``chains × draws × λ² / σ²``, with ``σ²`` from :data:`mechjax.slt.components.SEGMENTS`
+      consecutive batches per chain. Of all the draws; compare with 100 per chain. Both are NaN with
+      fewer than 8 draws per chain. Entries failing either rule of :mod:`mechjax.slt.mixing` raise
+      one :class:`~mechjax.slt.llc.ChainsNotMixedWarning` line, with their share.
   """
 
   chi: np.ndarray
@@ -257,7 +253,7 @@ def estimate_susceptibilities(
   if mesh is not None:
     mesh = sharding.sampler_mesh(mesh, s.num_chains)
     params = sharding.place(params, mesh)
-  masks, branch, distinct = _component_masks(components, params, s)
+  masks, branch, distinct = component_programs.component_masks(components, params, s)
   masks = sharding.place(masks, mesh, lead=1)
   eval_data = _eval_batch(data, sampler, eval_data, eval_size, key)
   probe_shape = _output_shape(per_sample_loss, params, probes)
@@ -272,12 +268,12 @@ def estimate_susceptibilities(
   source = None if sampler is not None else data
   if isinstance(data, Streamed):  # every component on the union of the supports: one carry shape
     union = (tuple(map(any, zip(*distinct))),)
-    build = lambda layout, per: _StreamedComponents(  # noqa: E731
+    build = lambda layout, per: component_programs.StreamedComponents(  # noqa: E731
       per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, union
     )
     run = lambda program, part: program(params, data, keys[part], masks, observe_data)  # noqa: E731
   else:
-    build = lambda layout, per: _components_program(  # noqa: E731
+    build = lambda layout, per: component_programs.components_program(  # noqa: E731
       per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, sampler, distinct
     )
     run = lambda program, part: program(  # noqa: E731
@@ -374,34 +370,6 @@ def _checked_mixing(sums: PowerSums, num_chains: int, names: tuple) -> dict[str,
   return {"chi_rhat": rhat, "chi_ess": ess}
 
 
-def _component_masks(components: dict, params, s: SGLDSettings):
-  """``(masks, branch, supports)``: the components' 0/1 masks stacked, each component's branch of
-  the program, and the branches' supports (the leaves they move). Components whose masks share a
-  support share a branch, whose backward pass skips what none of those leaves needs
-  (:func:`mechjax.slt.sgld.mask_support`); vmapped chains would run every branch, so they get
-  one."""
-  ones = jax.tree.map(jnp.ones_like, params)
-  masks = []
-  for name, mask in components.items():
-    if mask is not None and jax.tree.structure(mask) != jax.tree.structure(params):
-      raise ValueError(
-        f"the mask of component {name!r} must be a pytree with the structure of params"
-      )
-    masks.append(
-      ones if mask is None else jax.tree.map(lambda m, p: jnp.asarray(m, p.dtype), mask, params)
-    )
-  supports = [
-    params_lib.mask_support(params, m)
-    or tuple(params_lib.is_float_leaf(a) for a in jax.tree.leaves(params))
-    for m in masks
-  ]
-  if placement.chain_loop(s) == "vmap":
-    supports = [tuple(map(any, zip(*supports)))] * len(supports)
-  distinct = tuple(dict.fromkeys(supports))
-  branch = jnp.asarray([distinct.index(x) for x in supports], jnp.int32)
-  return jax.tree.map(lambda *m: jnp.stack(m), *masks), branch, distinct
-
-
 def _eval_batch(data, sampler, eval_data, eval_size: int, key: jax.Array):
   """The fixed batch that defines ``L`` (:func:`estimate_susceptibilities`): ``eval_data`` checked,
   or ``eval_size`` samples of the sampler or of ``data`` from the key's stream ``"eval-subset"``, or
@@ -481,25 +449,6 @@ def _output_shape_of(fn, treedef, avals) -> tuple[int, ...]:
   return tuple(jax.eval_shape(fn, *args).shape)
 
 
-@dataclasses.dataclass(frozen=True)
-class _ComponentObserve:
-  """``(φ, ΔL)`` at a draw: the evaluation-subset loss change (and the extra observables), and every
-  probe's shift ``ℓ_i − L``. Hashable by its functions, so equal calls share one program."""
-
-  per_sample_loss: Callable
-  observable: Callable | None
-
-  def __call__(self, w, od):
-    eval_loss = jnp.mean(self.per_sample_loss(w, od["eval"]))
-    probe = self.per_sample_loss(w, od["probes"]).reshape(-1)
-    phi = (eval_loss - od["eval_loss_star"])[None]
-    if self.observable is not None:
-      phi = jnp.concatenate(
-        [phi, jnp.asarray(self.observable(w, od["extra"]), phi.dtype).reshape(-1)]
-      )
-    return phi, probe - eval_loss
-
-
 def draw_samples(sample_batch: Callable, key: jax.Array, num: int):
   """``num`` samples from a sampler ``sample_batch(key) -> batch``: enough batches from ``key``'s
   splits, concatenated and cut to ``num``."""
@@ -507,115 +456,6 @@ def draw_samples(sample_batch: Callable, key: jax.Array, num: int):
   batch = jax.tree.leaves(first)[0].shape[0]
   batches = jax.vmap(sample_batch)(jax.random.split(key, -(-num // batch)))
   return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:])[:num], batches)
-
-
-def _chain_parts(per_sample_loss, observable, settings: SGLDSettings):
-  """What every component's chain runs on: the SGLD loss (the mean of ``per_sample_loss``) and the
-  accumulator of the ``(φ, ΔL)`` moments after burn-in."""
-  observe = _ComponentObserve(per_sample_loss, observable)
-  segments = SEGMENTS if settings.num_draws >= 2 * SEGMENTS else 2
-  accumulator = SegmentedMoments(observe, settings.num_burnin, settings.num_draws, segments)
-  return langevin.MeanLoss(per_sample_loss), accumulator
-
-
-@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
-def _components_program(
-  per_sample_loss, settings: SGLDSettings, observable, layout, sampler=None, supports=(None,)
-):
-  """Every component's chains in one program. ``supports`` are the distinct supports of the
-  components' masks (:func:`mechjax.slt.sgld.mask_support`); the masks come with the index of
-  their support, and each support is a branch (``lax.switch``) with its own pruned backward
-  pass."""
-  loss_fn, accumulator = _chain_parts(per_sample_loss, observable, settings)
-
-  def run(params, data, keys, masks_and_branch, observe_data):
-    source = data if sampler is None else sampler
-    how = placement.chain_loop(settings)
-
-    def chains(support, mask):
-      chain = lambda k: chain_lib.sample_chain(
-        loss_fn,
-        params,
-        source,
-        k,
-        settings.num_steps,
-        settings,
-        mask,
-        accumulator,
-        observe_data,
-        loss_at_star=False,
-        support=support,
-        constrain=sharding.model_constraint(layout),
-      )["accumulated"]
-      return placement.over_chains(chain, how, keys)
-
-    def component(mask, branch):
-      if len(supports) == 1:
-        return chains(supports[0], mask)
-      branches = [functools.partial(chains, support) for support in supports]
-      return jax.lax.switch(branch, branches, mask)
-
-    return placement.over_chains(component, how, *masks_and_branch)
-
-  return placement.jit_over_chains(
-    run, layout, chain_axis=1
-  )  # outputs are (components, chains, ...)
-
-
-@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
-def _streamed_programs(per_sample_loss, settings: SGLDSettings, observable, layout, supports):
-  """:func:`_components_program` for data streamed from the host (:mod:`mechjax.slt.stream`): a
-  program for the chains' first carries, ``(components, chains, ...)``, and one for a part of
-  steps on gathered batches, shared by every component (their chains have the same keys). One
-  support for all the components (the carries must have one shape)."""
-  loss_fn, accumulator = _chain_parts(per_sample_loss, observable, settings)
-  how, (support,) = placement.chain_loop(settings), supports
-
-  def start(params, keys, masks, observe_data):
-    place = sharding.model_constraint(layout) or (lambda tree: tree)
-    first = lambda mask: chain_lib.chain_start(  # noqa: E731
-      params, mask, support, accumulator, observe_data, place
-    )
-    return placement.over_chains(lambda mask: jax.vmap(lambda _: first(mask))(keys), how, masks)
-
-  def part(params, keys, carry, steps, batches, masks, observe_data):
-    def chain(mask, key, carry, batches):
-      return chain_lib.Chain(
-        loss_fn, params, key, settings, mask, accumulator, observe_data,
-        loss_at_star=False, support=support, constrain=sharding.model_constraint(layout),
-      ).run_steps(carry, steps, batches)[0]  # fmt: skip
-
-    per_component = lambda mask, carry: placement.over_chains(  # noqa: E731
-      functools.partial(chain, mask), how, keys, carry, batches
-    )
-    return placement.over_chains(per_component, how, masks, carry)
-
-  return (
-    placement.jit_over_chains(start, layout, chain_axis=1, num_args=4, split_args=(1,)),
-    placement.jit_over_chains(
-      part, layout, chain_axis=1, num_args=7, split_args=(1, 2, 4), split_axes={2: 1}
-    ),
-  )
-
-
-class _StreamedComponents:
-  """Every component's chains on :class:`mechjax.slt.stream.Streamed` data, in parts of steps
-  (:func:`mechjax.slt.stream.run_parts`); called like :func:`_components_program`'s program with
-  the stacked masks, it returns the same ``(components, chains)`` moments."""
-
-  def __init__(self, per_sample_loss, settings, observable, layout, supports):
-    self.settings = settings
-    self.start, self.part = _streamed_programs(
-      per_sample_loss, settings, observable, layout, supports
-    )
-
-  def __call__(self, params, streamed, keys, masks, observe_data):
-    def part(carry, steps, batches, _):
-      return self.part(params, keys, carry, steps, batches, masks, observe_data), None
-
-    first = self.start(params, keys, masks, observe_data)
-    carry, _ = stream.run_parts(streamed, keys, self.settings, first, part)
-    return carry[2]
 
 
 def principal_directions(chi, num: int | None = None, center: bool = True) -> dict[str, np.ndarray]:

@@ -254,8 +254,7 @@ def spike_gains(conds: dict[str, dict]) -> dict:
   return out
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains every condition (resuming any that were interrupted), then writes summary.json and
   figures."""
   histories, summary = {}, {"target_accuracy": cfg.target_accuracy, "conditions": {}}
@@ -345,3 +344,7 @@ def plot_all(cfg: Config, histories: dict[str, list[dict]], figures: str) -> lis
   ]
   written.append(plotting.curves_figure(info, path("information_used.png"), ylabel="test accuracy"))
   return written
+
+
+STUDY = frame.Study(NAME, Config, science, report)
+run = STUDY.run

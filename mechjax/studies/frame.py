@@ -1,25 +1,26 @@
 """What every study does around its science: the workdir contract, cached stages, and the ending.
 
-A study module defines ``NAME``, a ``Config`` (:mod:`mechjax.config`), ``report(summary) -> lines``
-and its ``run``, decorated with :func:`study`; optionally ``REQUIRED = {setting: what to pass}``
-for settings without a usable default (a checkpoint directory), refused by name while unset::
+A study module defines a ``Config`` (:mod:`mechjax.config`), its science and its report, and
+exports them as one :class:`Study`, named as its module and its experiment file are::
 
-    @frame.study
-    def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-      result = loop.train(problem, optimizer, keys=..., workdir=ctx.workdir, ...)
+    def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+      result = ctx.train("condition", problem, optimizer)  # checkpoints, resume, progress
       chi = ctx.stage("susceptibility", lambda: estimate(...), fmt="npz")  # reloaded on a rerun
       return frame.Outputs(summary, figures=lambda folder: plot_all(cfg, ..., folder))
 
-The decorated function is called ``run(cfg, workdir, *, overwrite=False, progress=True) ->
-summary``, from Python and from the command line alike (:func:`mechjax.cli.experiment`), and
-does, around the body:
+    STUDY = frame.Study("my_study", Config, science, report)
+    run = STUDY.run
+
+:meth:`Study.run` is called ``run(cfg, workdir, *, overwrite=False, progress=True) -> summary``,
+from Python and from the command line alike (:func:`mechjax.cli.experiment`), and does, around the
+science:
 
 1. **prepare** the workdir (:func:`mechjax.studies.workdir.prepare`): a new folder gets
    ``config.json``; a folder whose ``config.json`` differs is refused, naming the settings;
    ``overwrite=True`` starts afresh; a finished run (``summary.json`` exists) is not recomputed: its
    summary is returned;
-2. run the body, whose training resumes from checkpoints and whose :meth:`Context.stage` results are
-   reloaded, so an interrupted run or analysis picks up where it stopped;
+2. run the science, whose training resumes from checkpoints and whose :meth:`Context.stage`
+   results are reloaded, so an interrupted run or analysis picks up where it stopped;
 3. **finish**, on the writer process only (process 0 under multi-host JAX): the figures, the extra
    files, ``report.html`` (config, metadata, summary and figures on one page) and, last,
    ``summary.json``, whose presence marks the run finished.
@@ -29,10 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import os
-import sys
 import time
 from typing import Any, Callable, Hashable, Sequence
 
@@ -239,12 +238,33 @@ def finish(
   return json.loads(json.dumps(metrics_lib.to_jsonable(summary)))
 
 
-def study(body: Callable[[Any, Context], Outputs]):
-  """Makes a study's ``body(cfg, ctx) -> Outputs`` into ``run(cfg, workdir, *, overwrite=False,
-  progress=True) -> summary`` with the workdir contract around it (see the module docstring)."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class Study:
+  """A study, as its experiment file, the command line and Python see it; each study module
+  exports one as ``STUDY`` (and its :meth:`run` as ``run``).
 
-  @functools.wraps(body)
+  Attributes:
+    name: the study's one name: its module ``mechjax.studies.<name>``, its experiment
+      ``experiments/<name>.py`` and its default workdir ``runs/<name>``.
+    config: its ``Config`` class (:mod:`mechjax.config`); the flags come from it.
+    science: ``science(cfg, ctx) -> Outputs``: build the problem, train, analyse.
+    report: ``report(summary) -> lines``, what the command line prints and ``report.html`` leads
+      with.
+    required: ``{setting: what to pass}`` for the settings without a usable default (a checkpoint
+      directory), refused by name while unset.
+    cpu_cores_as_devices: the command line makes every CPU core a JAX device before JAX starts
+      (:func:`mechjax.use_all_cpu_cores`), for a study whose SGLD chains run over them.
+  """
+
+  name: str
+  config: type
+  science: Callable[[Any, Context], Outputs]
+  report: Callable[[dict], list[str]] = lambda summary: []
+  required: dict[str, str] = dataclasses.field(default_factory=dict)
+  cpu_cores_as_devices: bool = False
+
   def run(
+    self,
     cfg,
     workdir: str | os.PathLike,
     *,
@@ -252,14 +272,17 @@ def study(body: Callable[[Any, Context], Outputs]):
     progress: bool = True,
     tensorboard: bool = False,
   ) -> dict:
-    if not isinstance(cfg, config_lib.Settings):
-      raise TypeError(f"cfg must be the study's Config; got {type(cfg).__name__}")
-    module = sys.modules.get(body.__module__)
-    missing = [k for k in getattr(module, "REQUIRED", {}) if not getattr(cfg, k)]
+    """The study's science with the workdir contract around it (the module docstring): returns
+    the summary, from this run or, for a finished workdir, from its ``summary.json``."""
+    if not isinstance(cfg, self.config):
+      raise TypeError(
+        f"cfg must be the study's Config, {self.config.__name__}; got {type(cfg).__name__}"
+      )
+    missing = [k for k in self.required if not getattr(cfg, k)]
     if missing:
       raise config_lib.ConfigError(
         missing,
-        "required; pass " + "; and ".join(f"--{k}: {module.REQUIRED[k]}" for k in missing),
+        "required; pass " + "; and ".join(f"--{k}: {self.required[k]}" for k in missing),
       )
     workdir = os.fspath(workdir)
     status = workdir_lib.prepare(workdir, cfg, overwrite=overwrite)
@@ -274,13 +297,5 @@ def study(body: Callable[[Any, Context], Outputs]):
         return json.load(f)
     ctx = Context(workdir, progress, getattr(cfg, "run", None), tensorboard)
     with ctx.timed("total"):
-      outputs = body(cfg, ctx)
-    return finish(workdir, outputs, getattr(module, "report", None), ctx.seconds)
-
-  run.__doc__ = (body.__doc__ or "") + (
-    "\n\n  Called as ``run(cfg, workdir, *, overwrite=False, progress=True, tensorboard=False) -> "
-    "summary``: the "
-    "workdir contract of "
-    ":mod:`mechjax.studies.frame` applies (config.json, resume, overwrite, summary.json last)."
-  )
-  return run
+      outputs = self.science(cfg, ctx)
+    return finish(workdir, outputs, self.report, ctx.seconds)

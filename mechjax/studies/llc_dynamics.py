@@ -295,8 +295,7 @@ def plot(cfg: Config, history: list[dict], rows: list[dict], path: str) -> str:
   return plotting.save(fig, path)
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains and estimates the LLC at every checkpoint (each resuming); the summary and figure."""
   data = make_data(cfg)
   result = ctx.train(
@@ -340,3 +339,7 @@ def report(summary: dict) -> list[str]:
       )
     )
   return lines
+
+
+STUDY = frame.Study(NAME, Config, science, report)
+run = STUDY.run

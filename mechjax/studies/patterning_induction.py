@@ -56,7 +56,6 @@ from mechjax.train import loop
 from mechjax.train import metrics
 
 NAME = "patterning_induction"
-CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
 CONDITIONS = ("unweighted", "promote", "suppress", "random")
 
 
@@ -257,8 +256,7 @@ def reweightings(cfg: Config, direction: np.ndarray) -> dict[str, np.ndarray]:
   return {"unweighted": base, "promote": base + step, "suppress": base - step, "random": base + r}
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains unweighted, estimates χ at ``chi_step`` (cached in ``susceptibility.npz``), re-weights
   along the induction direction and at random, retrains, and compares formation steps seed by
   seed."""
@@ -399,3 +397,13 @@ def plot_formation(
   ylabel = "prefix-matching score (best layer-2 head)"
   plotting.label_panel(axes[1], "", ylabel, "training step", legend=8)
   return plotting.save(fig, path)
+
+
+STUDY = frame.Study(
+  NAME,
+  Config,
+  science,
+  report,
+  cpu_cores_as_devices=True,  # the SGLD chains run over every core
+)
+run = STUDY.run

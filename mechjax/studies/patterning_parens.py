@@ -44,7 +44,6 @@ from mechjax.studies import patterning_parens_llc as llc_design
 from mechjax.studies.frame import StudyStopped
 
 NAME = "patterning_parens"
-CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,8 +165,7 @@ def passed_over_text(p: dict) -> str:
   )
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
   figure."""
   model = shared.Model(cfg)
@@ -332,3 +330,13 @@ def report(summary: dict) -> list[str]:
       + ("" if w is None else f", Wilcoxon p (paired counts rates) = {w:.3g}")
     )
   return lines
+
+
+STUDY = frame.Study(
+  NAME,
+  Config,
+  science,
+  report,
+  cpu_cores_as_devices=True,  # the SGLD chains run over every core
+)
+run = STUDY.run

@@ -42,7 +42,6 @@ from mechjax.studies import frame
 from mechjax.studies import patterning_parens_base as shared
 
 NAME = "patterning_parens_probe"
-CPU_CORES_AS_DEVICES = True  # the SGLD chains run over every core
 TARGETS = ("gap", "reference")
 
 
@@ -129,8 +128,7 @@ def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict,
   return out
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
   figure."""
   model = shared.Model(cfg)
@@ -251,3 +249,13 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
   title = f"{cfg.run.num_seeds} seeds per condition (thin: each seed)"
   plotting.label_panel(ax, title, "counts rate on probes", "training step")
   return plotting.save(fig, path)
+
+
+STUDY = frame.Study(
+  NAME,
+  Config,
+  science,
+  report,
+  cpu_cores_as_devices=True,  # the SGLD chains run over every core
+)
+run = STUDY.run

@@ -177,8 +177,7 @@ def make_optimizer(cfg: Config, name: str) -> optax.GradientTransformation:
   return optax.sgd(schedule, momentum=cfg.sgd_momentum or None)
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains every optimizer's seeds (resuming interrupted runs), analyses them (each optimizer's
   analysis is a cached stage, ``analysis_<optimizer>.json``), and writes ``summary.json``,
   ``pairs.json`` (every pair's numbers), ``rotations.npz`` (every fitted ``R``), ``table.md`` and
@@ -257,3 +256,7 @@ def report(summary: dict) -> list[str]:
 def _progress_text(row: dict) -> str:
   acc = ", ".join(f"{h} {np.mean(row[f'test_{h}_acc']):.3f}" for h in HEADS)
   return f"loss {np.mean(row['train_loss']):.3f} | test acc: {acc}"
+
+
+STUDY = frame.Study(NAME, Config, science, report)
+run = STUDY.run

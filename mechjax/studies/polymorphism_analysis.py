@@ -47,6 +47,25 @@ def _pair_numbers(xa_fit, xb_fit, xa_held, xb_held):
   return pair, [{k: v for k, v in x.items() if k not in PAIR_KEYS} for x in directions]
 
 
+def _seed_numbers(cfg, si: int, x_held, own: dict, sae_mse, native: list) -> dict:
+  """Site ``si``'s numbers per seed: its SAE on its own activations, the native steering effect,
+  the effective dimension and the privileged-basis test of its held-out activations."""
+  num_seeds = cfg.run.num_seeds
+  return {
+    "sae_ev_within": [own[s]["within"] for s in range(num_seeds)],
+    "sae_live_fraction": [own[s]["live_fraction"] for s in range(num_seeds)],
+    "sae_mse": sae_mse,
+    "steer_effect_native": native,
+    "effective_dimension": [rep.participation_ratio(x_held[s]) for s in range(num_seeds)],
+    "privileged_basis_test": [
+      haar.privileged_basis_test(
+        x_held[s], rng.key(cfg.run.seed, "privileged-basis-test", si, s), num_null=cfg.num_null
+      )
+      for s in range(num_seeds)
+    ],
+  }
+
+
 def analyze(
   cfg, model: Transformer, sample: Callable, params_S, progress: bool = True
 ) -> dict[str, dict]:
@@ -132,19 +151,8 @@ def analyze(
         )
       pair_rows.append(row)
       rotations[f"{site}/{a}_{b}"] = r_ab
-    seeds = {
-      "sae_ev_within": [own[s]["within"] for s in range(num_seeds)],
-      "sae_live_fraction": [own[s]["live_fraction"] for s in range(num_seeds)],
-      "sae_mse": sae_mse[si * num_seeds : (si + 1) * num_seeds],
-      "steer_effect_native": [effect(s, si, v[s]) for s in range(num_seeds)],
-      "effective_dimension": [rep.participation_ratio(x_held[s]) for s in range(num_seeds)],
-      "privileged_basis_test": [
-        haar.privileged_basis_test(
-          x_held[s], rng.key(seed, "privileged-basis-test", si, s), num_null=cfg.num_null
-        )
-        for s in range(num_seeds)
-      ],
-    }
+    native = [effect(s, si, v[s]) for s in range(num_seeds)]
+    seeds = _seed_numbers(cfg, si, x_held, own, sae_mse[si * num_seeds :][:num_seeds], native)
     out[site] = {"seeds": seeds, "pairs": pair_rows, "summary": summarize_site(seeds, pair_rows, d)}
   return {"sites": out, "rotations": rotations}
 

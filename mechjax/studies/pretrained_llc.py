@@ -77,8 +77,7 @@ class Config(config.Settings):
   )
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Loads the checkpoint and the corpus, samples every component's posterior in one program, and
   writes the summary, the susceptibilities and the figure."""
   model, params = pretrained.load(cfg.model)
@@ -183,3 +182,7 @@ def plot(names: list[str], chi: np.ndarray, path: str) -> str:
   ax.set_title("per-token susceptibility χ of each component", fontsize=10)
   fig.colorbar(im, ax=ax, fraction=0.03)
   return plotting.save(fig, path)
+
+
+STUDY = frame.Study(NAME, Config, science, report, required=REQUIRED)
+run = STUDY.run

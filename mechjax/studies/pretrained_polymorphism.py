@@ -81,8 +81,20 @@ class Config(config.Settings):
   seed: int = config.setting(0, "Seed of the windows and the tests.", check=config.at_least(0))
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def _windows_and_sites(cfg: Config, model_a, model_b):
+  """``(fit windows, held-out windows, sites)``: the corpus's seeded windows, checked against both
+  models, and the residual sites both models have, in A's stream order."""
+  ids = tokens_lib.read_tokens(cfg.corpus)
+  fit_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.fit_windows, cfg.seed, "fit-windows")
+  held_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.held_windows, cfg.seed, "held-windows")
+  for model in (model_a, model_b):
+    pretrained.check_tokens(model.arch, fit_w)
+  in_b = set(pretrained.site_names(model_b))
+  sites = [s for s in sites_lib.residual_sites(pretrained.site_names(model_a)) if s in in_b]
+  return fit_w, held_w, sites
+
+
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Loads both checkpoints and the corpus, fits ``R`` at every residual site, and measures the
   explained variance, the Haar tests and steering transfer on held-out windows."""
   model_a, params_a = pretrained.load(cfg.model_a)
@@ -96,13 +108,7 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       f"fit_windows × seq_len = {cfg.fit_windows * cfg.seq_len} tokens must be at least d_model = "
       f"{d}, or the rotation is not determined by the fit",
     )
-  ids = tokens_lib.read_tokens(cfg.corpus)
-  fit_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.fit_windows, cfg.seed, "fit-windows")
-  held_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.held_windows, cfg.seed, "held-windows")
-  for arch in (a, b):
-    pretrained.check_tokens(arch, fit_w)
-  in_b = set(pretrained.site_names(model_b))
-  sites = [s for s in sites_lib.residual_sites(pretrained.site_names(model_a)) if s in in_b]
+  fit_w, held_w, sites = _windows_and_sites(cfg, model_a, model_b)
   ctx.log(
     f"{len(sites)} residual sites, d = {d}; {fit_w.size} fit and {held_w.size} held-out tokens"
   )
@@ -294,3 +300,7 @@ def steered_log_prob(
     return np.average(np.asarray(vals), weights=[len(c) for c in chunks])
 
   return log_p
+
+
+STUDY = frame.Study(NAME, Config, science, report, required=REQUIRED)
+run = STUDY.run

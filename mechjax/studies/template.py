@@ -86,8 +86,7 @@ def alignment(params, w_star) -> np.ndarray:
   return np.asarray(u @ w_star / jnp.linalg.norm(u, axis=-1))
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains every width, measures each one's alignment with the teacher, and plots test accuracy."""
   ctx.plan(len(cfg.widths), "width")
   histories, summary = {}, {"widths": {}}
@@ -134,3 +133,7 @@ def report(summary: dict) -> list[str]:
     f"{s['final_test_acc_sd']:.3f}, cosine with the teacher {s['teacher_cosine_mean']:.3f}"
     for w, s in summary["widths"].items()
   ]
+
+
+STUDY = frame.Study(NAME, Config, science, report)
+run = STUDY.run

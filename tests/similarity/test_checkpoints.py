@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from mechjax.models import bilinear as bl
+from mechjax.similarity import baselines
 from mechjax.similarity import checkpoints
 from mechjax.similarity import representational as rep
 from mechjax.similarity import tensor as ts
@@ -43,7 +44,7 @@ def test_each_entry_is_the_pairwise_measure():
   expected = {
     "tensor": ts.tensor_similarity(na, nb),
     "tensor_slice": ts.slice_similarity(na, nb)[2],
-    "logit_cosine": ts.output_cosine(MODEL.apply(a, x), MODEL.apply(b, x)),
+    "logit_cosine": baselines.output_cosine(MODEL.apply(a, x), MODEL.apply(b, x)),
     "weight_cosine": flat(a) @ flat(b) / (jnp.linalg.norm(flat(a)) * jnp.linalg.norm(flat(b))),
     "cka": rep.linear_cka(hidden(a), hidden(b)),
   }

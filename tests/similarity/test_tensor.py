@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 
 from mechjax.models import bilinear as bl
+from mechjax.similarity import baselines
+from mechjax.similarity import depth_one
+from mechjax.similarity import reference
 from mechjax.similarity import representational as rep
 from mechjax.similarity import tensor as ts
 from theory import tensor_similarity as th
@@ -46,9 +49,9 @@ def test_single_layer_gaussian_and_multilinear_identity_match_monte_carlo():
 @pytest.mark.slow
 def test_a_wrong_recursion_is_caught(monkeypatch):
   """Dropping the cross term of the node-wise symmetrisation breaks recursion = brute force."""
-  core = ts._bilinear_core
+  core = depth_one.bilinear_core
   monkeypatch.setattr(
-    ts, "_bilinear_core", lambda la, ra, lb, rb, g, sym: core(la, ra, lb, rb, g, 0)
+    depth_one, "bilinear_core", lambda la, ra, lb, rb, g, sym: core(la, ra, lb, rb, g, 0)
   )
   ts._log_gram.clear_cache()  # compiled programs hold the correct core
   try:
@@ -87,9 +90,11 @@ def test_to_layers_computes_the_module_function(make):
 
 def test_slices_and_similarity_matrix_agree_with_the_materialised_tensors():
   rng = np.random.default_rng(2)
-  nets = [[th._rand_bilinear(rng, 4, 3, 3), th._rand_linear(rng, 2, 3)] for _ in range(3)]
+  nets = [
+    [reference.random_bilinear(rng, 4, 3, 3), reference.random_linear(rng, 2, 3)] for _ in range(3)
+  ]
   with jax.enable_x64(True):
-    t = [np.asarray(ts.materialize(n)) for n in nets]
+    t = [np.asarray(reference.materialize(n)) for n in nets]
     cos = lambda u, v: np.vdot(u, v) / np.linalg.norm(u) / np.linalg.norm(v)
     want = np.array([[cos(u, v) for v in t] for u in t])
     np.testing.assert_allclose(ts.similarity_matrix(nets), want, atol=1e-12)
@@ -102,7 +107,7 @@ def test_slices_and_similarity_matrix_agree_with_the_materialised_tensors():
       ts.slice_similarity(nets[0], nets[1]), [cos(t[0][k], t[1][k]) for k in range(2)], atol=1e-12
     )
     # the gaussian measure of a one-bilinear-layer network folds the trailing linear layer
-    single = ts.fold_single_bilinear(nets[0])
+    single = depth_one.fold_single_bilinear(nets[0])
     np.testing.assert_allclose(
       ts.gaussian_inner(nets[0], nets[1]), ts.gaussian_inner([single], nets[1]), rtol=1e-12
     )
@@ -110,21 +115,21 @@ def test_slices_and_similarity_matrix_agree_with_the_materialised_tensors():
 
 def test_baselines():
   rng = np.random.default_rng(3)
-  a = [th._rand_bilinear(rng, 4, 3, 2)]
+  a = [reference.random_bilinear(rng, 4, 3, 2)]
   perm = [bl.permute_hidden(a[0], np.array([1, 0, 3, 2]))]
-  assert float(ts.weight_cosine(a, a)) == pytest.approx(1.0)
-  assert float(ts.weight_cosine(a, perm)) < 0.99  # basis-dependent
+  assert float(baselines.weight_cosine(a, a)) == pytest.approx(1.0)
+  assert float(baselines.weight_cosine(a, perm)) < 0.99  # basis-dependent
   assert float(ts.tensor_similarity(a, perm)) == pytest.approx(1.0, abs=1e-6)
   y = rng.normal(size=(5, 3))
-  assert float(ts.output_cosine(y, 2 * y)) == pytest.approx(1.0, abs=1e-6)
-  assert float(ts.output_cosine(y, y + 1.0, center=True)) == pytest.approx(1.0, abs=1e-6)
-  m = ts.cosine_matrix(np.stack([y, -y, y]))
+  assert float(baselines.output_cosine(y, 2 * y)) == pytest.approx(1.0, abs=1e-6)
+  assert float(baselines.output_cosine(y, y + 1.0, center=True)) == pytest.approx(1.0, abs=1e-6)
+  m = baselines.cosine_matrix(np.stack([y, -y, y]))
   np.testing.assert_allclose(m, [[1, -1, 1], [-1, 1, -1], [1, -1, 1]], atol=1e-6)
   acts = rng.normal(size=(3, 20, 4)).astype(np.float32)
   acts[2] = (
     2.0 * acts[0] @ np.linalg.qr(rng.normal(size=(4, 4)))[0] + 1.0
   )  # rotated, scaled, shifted
-  c = ts.cka_matrix(acts)
+  c = baselines.cka_matrix(acts)
   want = [[float(rep.linear_cka(u, v)) for v in acts] for u in acts]
   np.testing.assert_allclose(c, want, atol=1e-5)
   assert c[0, 2] == pytest.approx(1.0, abs=1e-5) and 0 < c[0, 1] < 0.9
@@ -162,23 +167,23 @@ def test_malformed_weights_are_refused_with_the_layer_and_the_expected_shapes(la
 
 def test_mismatched_networks_and_measures_are_refused():
   rng = np.random.default_rng(4)
-  one = [th._rand_bilinear(rng, 4, 3, 2)]
-  two = [th._rand_bilinear(rng, 4, 3, 3), th._rand_bilinear(rng, 4, 3, 2)]
+  one = [reference.random_bilinear(rng, 4, 3, 2)]
+  two = [reference.random_bilinear(rng, 4, 3, 3), reference.random_bilinear(rng, 4, 3, 2)]
   with pytest.raises(ValueError, match="same sequence of layer kinds"):
-    ts.tensor_similarity(two, [th._rand_linear(rng, 3, 3), *two])
+    ts.tensor_similarity(two, [reference.random_linear(rng, 3, 3), *two])
   # One bilinear layer each: the linear layers fold in, so differently arranged networks compare.
-  other = [th._rand_linear(rng, 3, 3), th._rand_bilinear(rng, 4, 3, 2)]
+  other = [reference.random_linear(rng, 3, 3), reference.random_bilinear(rng, 4, 3, 2)]
   with jax.enable_x64(True):
-    ta, tb = np.asarray(ts.materialize(one)), np.asarray(ts.materialize(other))
+    ta, tb = np.asarray(reference.materialize(one)), np.asarray(reference.materialize(other))
     assert float(ts.tensor_similarity(one, other)) == pytest.approx(
       np.vdot(ta, tb) / np.linalg.norm(ta) / np.linalg.norm(tb), rel=1e-12
     )
   with pytest.raises(ValueError, match="share input and output widths"):
-    ts.tensor_similarity(one, [th._rand_bilinear(rng, 4, 3, 5)])
+    ts.tensor_similarity(one, [reference.random_bilinear(rng, 4, 3, 5)])
   with pytest.raises(ValueError, match="exactly one bilinear layer"):
     ts.tensor_inner(two, two, measure="gaussian")
   with pytest.raises(ValueError, match="network 1 has layers"):
-    ts.similarity_matrix([one, [th._rand_bilinear(rng, 5, 3, 2)]])
+    ts.similarity_matrix([one, [reference.random_bilinear(rng, 5, 3, 2)]])
   with pytest.raises(ValueError, match="measure must be one of"):
     ts.tensor_inner(one, one, measure="cosine")
 
@@ -202,40 +207,40 @@ def force_path(monkeypatch):
   """Makes every depth-one call take one contraction path (and compile anew for it)."""
 
   def force(name):
-    monkeypatch.setattr(ts, "_depth_one_plan", lambda *args: PATHS[name])
-    ts._depth_one_similarity.clear_cache()
-    ts._gaussian_inner.clear_cache()
-    ts._depth_one_matrix.cache_clear()
+    monkeypatch.setattr(depth_one, "_depth_one_plan", lambda *args: PATHS[name])
+    depth_one.depth_one_similarity.clear_cache()
+    depth_one.depth_one_gaussian_inner.clear_cache()
+    depth_one.depth_one_matrix.cache_clear()
 
   yield force
-  ts._depth_one_similarity.clear_cache()
-  ts._gaussian_inner.clear_cache()
-  ts._depth_one_matrix.cache_clear()
+  depth_one.depth_one_similarity.clear_cache()
+  depth_one.depth_one_gaussian_inner.clear_cache()
+  depth_one.depth_one_matrix.cache_clear()
 
 
 @pytest.mark.parametrize("path", list(PATHS))
 def test_every_depth_one_path_gives_the_same_inner_products(path, force_path):
-  assert set(PATHS) == set(ts.DEPTH_ONE_PATHS)
+  assert set(PATHS) == set(depth_one.DEPTH_ONE_PATHS)
   rng = np.random.default_rng(3)
   # An embedding made of two linear layers (7 → 4 → 5), the bilinear layer, a head (3 → 2).
   nets = [
     [
-      th._rand_linear(rng, 4, 7),
-      th._rand_linear(rng, 5, 4),
-      th._rand_bilinear(rng, 6, 5, 3),
-      th._rand_linear(rng, 2, 3),
+      reference.random_linear(rng, 4, 7),
+      reference.random_linear(rng, 5, 4),
+      reference.random_bilinear(rng, 6, 5, 3),
+      reference.random_linear(rng, 2, 3),
     ]
     for _ in range(3)
   ]
-  a, b = nets[0], th._correlated(rng, nets[0])
+  a, b = nets[0], reference.perturbed(rng, nets[0])
   with jax.enable_x64(True):
     # The reference values: the materialised tensors, and the path with everything folded.
     for sym in (True, False):
-      ta, tb = (np.asarray(ts.materialize(n, symmetrize=sym)) for n in (a, b))
+      ta, tb = (np.asarray(reference.materialize(n, symmetrize=sym)) for n in (a, b))
       want = np.vdot(ta, tb) / np.linalg.norm(ta) / np.linalg.norm(tb)
       force_path(path)
       assert float(ts.tensor_similarity(a, b, symmetrize=sym)) == pytest.approx(want, rel=1e-12)
-      t = [np.asarray(ts.materialize(n, symmetrize=sym)) for n in nets]
+      t = [np.asarray(reference.materialize(n, symmetrize=sym)) for n in nets]
       cos = lambda u, v: np.vdot(u, v) / np.linalg.norm(u) / np.linalg.norm(v)  # noqa: E731
       np.testing.assert_allclose(
         ts.similarity_matrix(nets, symmetrize=sym), [[cos(u, v) for v in t] for u in t], rtol=1e-12
@@ -256,7 +261,7 @@ def test_every_depth_one_path_gives_the_same_inner_products(path, force_path):
       assert got[0, 1] < 0.999  # the two networks differ
       # And the expectation itself, against Monte Carlo, once per path.
       if constant:
-        mean, se = ts.monte_carlo_inner(a, b, jax.random.key(0), 100_000, constant=True)
+        mean, se = reference.monte_carlo_inner(a, b, jax.random.key(0), 100_000, constant=True)
         assert abs(float(ts.gaussian_inner(a, b, constant=True)) - mean) < 4 * se
 
 
@@ -268,7 +273,7 @@ def test_the_cheapest_depth_one_path_is_chosen():
       {"left": np.zeros((h, m or d)), "right": np.zeros((h, m or d)), "out": np.zeros((o, h))},
     ]
 
-  plan = lambda n, pairs=3, networks=2: ts._depth_one_plan(n, n, pairs, networks, True)  # noqa: E731
+  plan = lambda n, pairs=3, networks=2: depth_one._depth_one_plan(n, n, pairs, networks, True)  # noqa: E731
   # A wide input read through a narrow embedding (DeepMLP(784, 128, 256, 10)): keep the prefix,
   # through the hidden units; with a wide hidden layer, through the forms in the embedding's space.
   assert plan(net(784, 128, 256)) == (False, True)
@@ -286,7 +291,7 @@ def test_fold_single_bilinear_folds_linear_layers_on_both_sides():
   w0, w1, w2 = rng.normal(size=(4, 6)), rng.normal(size=(5, 4)), rng.normal(size=(2, 3))
   (core,) = _single(rng, 5, 7, 3)
   net = [{"weight": w0}, {"weight": w1}, core, {"weight": w2}]  # 6 → 4 → 5 → bilinear 3 → 2
-  folded = ts.fold_single_bilinear(net)
+  folded = depth_one.fold_single_bilinear(net)
   x = rng.normal(size=(9, 6))
   np.testing.assert_allclose(
     np.asarray(bl.apply_layers([folded], x)),
@@ -309,8 +314,11 @@ def test_similarity_matrix_compiles_once_per_architecture():
 @pytest.mark.parametrize("hidden, inputs", [(16, 4), (5, 20)])  # the quadratic forms; hidden units
 def test_gaussian_similarity_matrix_equals_the_pairwise_similarity(hidden, inputs):
   rng = np.random.default_rng(7)
-  nets = [[th._rand_bilinear(rng, hidden, inputs, 3), th._rand_linear(rng, 2, 3)] for _ in range(4)]
-  forms, _ = ts._depth_one_plan(nets[0], nets[0], 10, 4, True)
+  nets = [
+    [reference.random_bilinear(rng, hidden, inputs, 3), reference.random_linear(rng, 2, 3)]
+    for _ in range(4)
+  ]
+  forms, _ = depth_one._depth_one_plan(nets[0], nets[0], 10, 4, True)
   assert forms == (hidden > inputs)  # both contraction paths are covered
   with jax.enable_x64(True):
     for constant in (False, True):
@@ -332,15 +340,15 @@ def test_gaussian_similarity_matrix_equals_the_pairwise_similarity(hidden, input
 @pytest.mark.parametrize("symmetrize", [True, False])
 def test_depth_one_frobenius_similarity_equals_the_materialised_tensors(hidden, inputs, symmetrize):
   rng = np.random.default_rng(8)
-  a = [th._rand_linear(rng, inputs, 3), th._rand_bilinear(rng, hidden, inputs, 3)]
-  b = [th._rand_linear(rng, inputs, 3), th._rand_bilinear(rng, hidden, inputs, 3)]
+  a = [reference.random_linear(rng, inputs, 3), reference.random_bilinear(rng, hidden, inputs, 3)]
+  b = [reference.random_linear(rng, inputs, 3), reference.random_bilinear(rng, hidden, inputs, 3)]
   with jax.enable_x64(True):
-    ta, tb = (np.asarray(ts.materialize(n, symmetrize=symmetrize)) for n in (a, b))
+    ta, tb = (np.asarray(reference.materialize(n, symmetrize=symmetrize)) for n in (a, b))
     want = np.vdot(ta, tb) / np.linalg.norm(ta) / np.linalg.norm(tb)
     got = float(ts.tensor_similarity(a, b, symmetrize=symmetrize))
     assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
     # The depth-2 recursion of the same networks with a second bilinear layer still runs.
-    deeper = [*a, th._rand_bilinear(rng, 2, 3, 2)]
+    deeper = [*a, reference.random_bilinear(rng, 2, 3, 2)]
     assert abs(float(ts.tensor_similarity(deeper, deeper, symmetrize=symmetrize)) - 1) < 1e-12
 
 
@@ -349,8 +357,8 @@ def test_float32_deep_similarity_keeps_float32_precision():
   similarity of a deep network is as close to float64 as float32 allows. A natural-log scale ``c``
   of a few tens, rounded to float32 (ulp ~4e-6), carried its rounding into every similarity."""
   rng = np.random.default_rng(11)
-  a = [{k: 3.0 * v for k, v in th._rand_bilinear(rng, 6, 5, 5).items()} for _ in range(3)]
-  b = th._correlated(rng, a)
+  a = [{k: 3.0 * v for k, v in reference.random_bilinear(rng, 6, 5, 5).items()} for _ in range(3)]
+  b = reference.perturbed(rng, a)
   e, _ = ts._log2_gram(a, b, True)
   assert float(e) > 40 and float(e) == round(float(e))  # a large scale, held as an integer
   with jax.enable_x64(True):

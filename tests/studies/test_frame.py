@@ -23,8 +23,7 @@ class Config(config.Settings):
 CALLS = []
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """A study without training: one cached stage, one figure, one extra file."""
   value = ctx.stage(
     "product", lambda: CALLS.append("stage") or {"value": cfg.scale * cfg.run.steps}
@@ -38,6 +37,9 @@ def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   return frame.Outputs(
     {"value": value["value"]}, figures=figures, files={"notes.md": "written last but one"}
   )
+
+
+run = frame.Study("toy", Config, science).run
 
 
 def test_python_call_writes_config_and_refuses_a_mismatched_resume(tmp_path):
@@ -62,8 +64,7 @@ def test_python_call_writes_config_and_refuses_a_mismatched_resume(tmp_path):
   assert CALLS == ["stage", "stage"]
 
 
-@frame.study
-def numpy_study(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def numpy_science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """A study whose summary holds what a study's analysis returns: NumPy numbers and arrays, a tuple,
   an integer key and a NaN."""
   import numpy as np
@@ -71,6 +72,9 @@ def numpy_study(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   return frame.Outputs(
     {"x": np.arange(2.0) * cfg.scale, "n": np.int64(3), "t": (1, 2), 4: float("nan")}
   )
+
+
+numpy_study = frame.Study("numpy_toy", Config, numpy_science).run
 
 
 def test_a_first_run_returns_the_summary_a_rerun_reads_back(tmp_path):
@@ -82,10 +86,12 @@ def test_a_first_run_returns_the_summary_a_rerun_reads_back(tmp_path):
   assert again.pop("seconds").keys() == {"total"} and again == first
 
 
-@frame.study
-def timing_study(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def timing_science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """A study that writes summary["seconds"] itself."""
   return frame.Outputs({"seconds": 1.0})
+
+
+timing_study = frame.Study("timing_toy", Config, timing_science).run
 
 
 def test_the_frame_owns_summary_seconds(tmp_path):
@@ -160,3 +166,39 @@ def test_a_real_study_from_python_obeys_the_same_contract(tmp_path):
   assert any("final test acc" in line for line in fourier_phase.report(summary))
   with pytest.raises(WorkdirError, match=r"--width=8 \(now 16\)"):
     fourier_phase.run(cfg.replace(width=16), tmp_path, progress=False)
+
+
+def study_modules() -> dict[str, object]:
+  """Every module of mechjax/studies/ that exports a STUDY."""
+  import importlib
+  import pkgutil
+
+  from mechjax import studies
+
+  out = {}
+  for info in pkgutil.iter_modules(studies.__path__):
+    module = importlib.import_module(f"mechjax.studies.{info.name}")
+    if hasattr(module, "STUDY"):
+      out[info.name] = module
+  return out
+
+
+def test_every_study_has_one_name_from_experiment_file_to_workdir():
+  """A study's module, its STUDY's name (the default workdir is runs/<name>) and its experiment
+  file share one name, and every experiment file runs the study of its name."""
+  import os
+  import re
+
+  from tests.helpers import ROOT
+
+  modules = study_modules()
+  assert {"fourier_phase", "tensor_similarity_backdoor", "template"} <= set(modules)
+  for name, module in modules.items():
+    assert isinstance(module.STUDY, frame.Study) and module.STUDY.name == name, name
+    assert module.run == module.STUDY.run and module.STUDY.config is module.Config, name
+  folder = os.path.join(ROOT, "experiments")
+  experiments = {f[:-3] for f in os.listdir(folder) if f.endswith(".py") and f != "__init__.py"}
+  assert experiments == set(modules)
+  for name in experiments:
+    source = pathlib.Path(folder, f"{name}.py").read_text()
+    assert re.search(rf"cli\.experiment\({name}\.STUDY, __name__\)", source), name

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from mechjax.studies import tensor_backdoor
-from mechjax.studies import tensor_grokking
+from mechjax.studies import tensor_similarity_backdoor
+from mechjax.studies import tensor_similarity_grokking
 from tests.helpers import check_report
 from tests.helpers import run_module
 
@@ -43,7 +43,7 @@ def test_grokking_experiment_end_to_end(tmp_path):
   assert np.isfinite(summary["pearson_r_tensor_vs_logit_cosine"])
   assert seed["final_train_acc"] > 0.5  # 64 steps at lr 0.01 fit 15 training pairs
   sims = np.load(wd / "similarity.npz")
-  for m in tensor_grokking.MEASURES:
+  for m in tensor_similarity_grokking.MEASURES:
     assert sims[f"seed1/{m}"].shape == (5, 5)
     mat = sims[f"seed0/{m}"]
     assert mat.shape == (5, 5)
@@ -81,7 +81,7 @@ def test_backdoor_experiment_end_to_end(tmp_path):
   )  # half the batches poisoned at lr 0.01 plant the trigger
   onset = seed["onset"]
   assert onset is not None and "onset at fine-tuning step" in r.stdout
-  for m in tensor_backdoor.MEASURES:
+  for m in tensor_similarity_backdoor.MEASURES:
     assert 0 < onset["similarity_poisoned"][m] <= 1 + 1e-6
   # Both fine-tunes start from the clean weights (a fresh start would be near 0 in tensor
   # similarity).

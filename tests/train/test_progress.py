@@ -93,13 +93,15 @@ def problem():
   return loop.Problem(init, loss, lambda params, key: {})
 
 
-@frame.study
-def two_runs(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def two_runs_science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Two training runs, planned."""
   ctx.plan(2, "condition")
   for name in ("a", "b"):
     ctx.train(name, problem(), optax.sgd(0.1))
   return frame.Outputs({"done": True})
+
+
+two_runs = frame.Study("two_runs", Config, two_runs_science).run
 
 
 def test_a_study_that_plans_its_runs_shows_their_position(tmp_path, capfd):

@@ -151,8 +151,7 @@ def at_onset(steps: list[int], asr: np.ndarray, sims: dict[str, dict]) -> dict |
   }
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains the three runs (resuming interrupted ones), compares every fine-tuning checkpoint with
   the last clean one, and writes ``summary.json``, ``similarity.json`` and figures."""
   optimizer = optax.adam(cfg.learning_rate)
@@ -284,3 +283,7 @@ def plot_all(
     )
   plotting.share_ylim(axes[1:], bottom=0)
   return [plotting.save(fig, os.path.join(figures, "backdoor_similarity.png"))]
+
+
+STUDY = frame.Study(NAME, Config, science, report)
+run = STUDY.run

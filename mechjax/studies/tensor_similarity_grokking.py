@@ -126,8 +126,7 @@ def members(cfg: Config) -> list[dict]:
   return [{"seed": s, "weight_decay": wd} for wd in wds for s in range(cfg.run.num_seeds)]
 
 
-@frame.study
-def run(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Trains (resuming an interrupted run), compares every pair of checkpoints, and writes
   ``summary.json``, ``similarity.npz`` (the matrices and their steps) and figures."""
   who = members(cfg)
@@ -263,3 +262,7 @@ def plot_all(
   ylabel = "similarity to the final checkpoint"
   plotting.label_panel(axes[1], "", ylabel, "checkpoint step", grid="", legend=8)
   return [accuracy, matrices, plotting.save(fig, path("grokking_tensor_vs_logit.png"))]
+
+
+STUDY = frame.Study(NAME, Config, science, report)
+run = STUDY.run
