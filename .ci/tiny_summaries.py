@@ -67,89 +67,8 @@ INPUTS = "_inputs"  # under OUT_DIR; the studies' working directory is OUT_DIR
 # Keys dropped at any depth: wall-clock timings (see the module docstring).
 TIMING_KEYS = frozenset({"seconds"})
 
-# The tests' tiny configs (flat setting names, as Config().replace takes them).
-# tests/studies/test_fourier_phase.py: TINY with two spikes.
-FOURIER_PHASE = dict(
-  tasks=("spiked_principal",),
-  alpha=(0.0, 2.0),
-  shape=(8,),
-  width=8,
-  steps=40,
-  log_every=20,
-  checkpoint_every=40,
-  num_seeds=2,
-  eval_samples=64,
-  num_spikes=2,
-)
-# tests/studies/test_llc_dynamics.py: TINY.
-LLC_DYNAMICS = dict(
-  widths=(3, 3, 3),
-  singular_values=(2.0, 1.0),
-  n=512,
-  steps=40,
-  log_every=20,
-  checkpoint_every=20,
-  num_seeds=1,
-  llc_chains=2,
-  llc_draws=30,
-  llc_burnin=5,
-  llc_batch_size=64,
-  localization=(100.0,),
-  learning_rate=0.1,
-  init_scale=0.1,
-)
-# tests/studies/test_patterning_induction.py: TINY_INDUCTION with two of the four conditions.
-PATTERNING_INDUCTION = dict(
-  vocab=8,
-  length=8,
-  d_model=8,
-  num_layers=1,
-  num_heads=2,
-  steps=20,
-  log_every=10,
-  checkpoint_every=10,
-  chi_step=10,
-  num_seeds=2,
-  n=8,
-  probe_sequences=8,
-  eval_sequences=4,
-  chains=2,
-  draws=4,
-  burnin=1,
-  sgld_batch_size=8,
-  eval_size=8,
-  batch_size=8,
-  conditions=("unweighted", "promote"),
-)
-# tests/studies/test_patterning_parens.py: TINY_PARENS (here with the real references and SGLD
-# estimates, which the tests stand in for).
-TINY_PARENS = dict(
-  length=8,
-  n=96,
-  num_probes=8,
-  num_test=32,
-  disagreement=16,
-  d_model=8,
-  num_layers=1,
-  num_heads=2,
-  d_mlp=8,
-  steps=20,
-  checkpoint_every=10,
-  log_every=10,
-  num_seeds=2,
-  chains=2,
-  draws=8,
-  burnin=2,
-  llc_draws=8,
-  per_group=2,
-  eval_size=16,
-  sgld_batch_size=16,
-  batch_size=16,
-  reference_steps=200,
-  perfect_accuracy=0.6,
-)
-PATTERNING_PARENS = dict(TINY_PARENS, base_rate_fractions=(0.5,))
-PATTERNING_PARENS_PROBE = dict(TINY_PARENS, chi_step=10)
+# The tests' tiny configs (flat setting names, as Config().replace takes them): the dicts the test
+# modules define are read from them (tiny_configs); the rest are the tests' flags or inline configs.
 # tests/studies/test_polymorphism.py: TINY (the command line's flags) with --optimizer=sgd.
 POLYMORPHISM = dict(
   optimizer=("sgd",),
@@ -205,24 +124,36 @@ TENSOR_GROKKING = dict(
   learning_rate=0.01,
   weight_decays=(0.01, 3.0),
 )
-# tests/studies/test_template.py: TINY with eval_samples=256.
-TEMPLATE = dict(
-  widths=(1, 8), steps=150, num_seeds=2, log_every=50, checkpoint_every=150, eval_samples=256
-)
 
-TINY = {
-  "fourier_phase": FOURIER_PHASE,
-  "llc_dynamics": LLC_DYNAMICS,
-  "patterning_induction": PATTERNING_INDUCTION,
-  "patterning_parens": PATTERNING_PARENS,
-  "patterning_parens_probe": PATTERNING_PARENS_PROBE,
-  "polymorphism": POLYMORPHISM,
-  "pretrained_llc": PRETRAINED_LLC,
-  "pretrained_polymorphism": PRETRAINED_POLYMORPHISM,
-  "tensor_similarity_backdoor": TENSOR_BACKDOOR,
-  "tensor_similarity_grokking": TENSOR_GROKKING,
-  "template": TEMPLATE,
-}
+
+def tiny_configs() -> dict[str, dict]:
+  """Every study's tiny config, by study name; those that a test module defines as a dict come from
+  it (imported here, not copied), with the changes its end-to-end test makes."""
+  sys.path.insert(0, ROOT)
+  from tests.studies import test_fourier_phase
+  from tests.studies import test_llc_dynamics
+  from tests.studies import test_patterning_induction
+  from tests.studies import test_patterning_parens
+  from tests.studies import test_template
+
+  parens = test_patterning_parens.TINY_PARENS
+  return {
+    "fourier_phase": dict(test_fourier_phase.TINY, num_spikes=2),
+    "llc_dynamics": test_llc_dynamics.TINY,
+    "patterning_induction": dict(
+      test_patterning_induction.TINY_INDUCTION, conditions=("unweighted", "promote")
+    ),
+    "patterning_parens": parens,
+    "patterning_parens_probe": dict(
+      {k: v for k, v in parens.items() if k != "base_rate_fractions"}, chi_step=10
+    ),
+    "polymorphism": POLYMORPHISM,
+    "pretrained_llc": PRETRAINED_LLC,
+    "pretrained_polymorphism": PRETRAINED_POLYMORPHISM,
+    "tensor_similarity_backdoor": TENSOR_BACKDOOR,
+    "tensor_similarity_grokking": TENSOR_GROKKING,
+    "template": dict(test_template.TINY, eval_samples=256),
+  }
 
 
 def study_modules() -> list[str]:
@@ -315,7 +246,7 @@ def run_one(name: str, out_dir: str) -> None:
   if module.STUDY.cpu_cores_as_devices:
     mechjax.use_all_cpu_cores()  # before JAX runs anything, as mechjax.cli.experiment does
   os.chdir(out_dir)
-  tiny = dict(TINY[name])
+  tiny = dict(tiny_configs()[name])
   if name.startswith("pretrained_"):
     tiny.update(pretrained_inputs(name))
   cfg = module.Config().replace(**tiny)
@@ -329,9 +260,9 @@ def run_one(name: str, out_dir: str) -> None:
 
 
 def run_all(out_dir: str, only: list[str] | None) -> int:
-  modules = study_modules()
-  missing = [m for m in modules if m not in TINY]
-  unknown = [m for m in TINY if m not in modules]
+  modules, tiny = study_modules(), tiny_configs()
+  missing = [m for m in modules if m not in tiny]
+  unknown = [m for m in tiny if m not in modules]
   if missing or unknown:
     print(
       f"error: studies without a tiny config here: {missing}; tiny configs of no study: {unknown}",
