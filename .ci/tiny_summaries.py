@@ -39,8 +39,7 @@ name contains "time", "eta", "sec", "elapsed", "dur", "wall" or "clock" is ``nbe
 sampler's inverse temperature times n; kept). Nothing else differs from run to run: two runs of
 this script on the same checkout give identical files.
 
-``--only=name1,name2`` runs just those studies (module names, e.g. ``tensor_similarity_backdoor``,
-or their ``NAME``, e.g. ``tensor_similarity_backdoor``).
+``--only=name1,name2`` runs just those studies, by name (e.g. ``tensor_similarity_backdoor``).
 
 The second form prints a unified diff of ``DIR_A/<study>.json`` and ``DIR_B/<study>.json`` for every
 study whose cleaned summary differs (or that only one folder has) and exits 1 if any does, 0 if
@@ -157,31 +156,21 @@ def tiny_configs() -> dict[str, dict]:
 
 
 def study_modules() -> list[str]:
-  """The modules of mechjax/studies/ that export a ``STUDY`` (read, not imported)."""
+  """The modules under mechjax/studies/ (its subpackages included) that export a ``STUDY``, read,
+  not imported. A study's module name is its ``NAME`` (tests/studies/test_frame.py checks it)."""
   names = []
-  for file in sorted(os.listdir(STUDIES_DIR)):
-    if not file.endswith(".py") or file.startswith("_"):
-      continue
-    with open(os.path.join(STUDIES_DIR, file)) as f:
-      tree = ast.parse(f.read(), file)
-    if any(
-      isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "STUDY" for t in n.targets)
-      for n in tree.body
-    ):
-      names.append(file[:-3])
-  return names
-
-
-def study_aliases(module: str) -> set[str]:
-  """The module name and its ``NAME`` (read from the source)."""
-  with open(os.path.join(STUDIES_DIR, f"{module}.py")) as f:
-    tree = ast.parse(f.read())
-  names = {module}
-  for n in tree.body:
-    if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "NAME" for t in n.targets):
-      if isinstance(n.value, ast.Constant) and isinstance(n.value.value, str):
-        names.add(n.value.value)
-  return names
+  for folder, _, files in sorted(os.walk(STUDIES_DIR)):
+    for file in sorted(files):
+      if not file.endswith(".py") or file.startswith("_"):
+        continue
+      with open(os.path.join(folder, file)) as f:
+        tree = ast.parse(f.read(), file)
+      if any(
+        isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "STUDY" for t in n.targets)
+        for n in tree.body
+      ):
+        names.append(file[:-3])
+  return sorted(names)
 
 
 def clean(tree):
@@ -234,15 +223,14 @@ def pretrained_inputs(name: str) -> dict:
 def run_one(name: str, out_dir: str) -> None:
   """Runs study ``name`` into ``out_dir/<name>/`` in this process and writes
   ``out_dir/<name>.json``."""
-  import importlib
-
   import jax  # importing JAX does not start it: the device count can still be set
   from absl import logging
 
   import mechjax
+  from mechjax import studies
 
   logging.set_verbosity(logging.WARNING)  # as the command line: orbax logs every save at INFO
-  module = importlib.import_module(f"mechjax.studies.{name}")
+  module = studies.find(name)
   if module.STUDY.cpu_cores_as_devices:
     mechjax.use_all_cpu_cores()  # before JAX runs anything, as mechjax.cli.experiment does
   os.chdir(out_dir)
@@ -270,9 +258,8 @@ def run_all(out_dir: str, only: list[str] | None) -> int:
     )
     return 2
   if only is not None:
-    aliases = {m: study_aliases(m) for m in modules}
-    chosen = [m for m in modules if aliases[m] & set(only)]
-    bad = [o for o in only if not any(o in a for a in aliases.values())]
+    chosen = [m for m in modules if m in only]
+    bad = [o for o in only if o not in modules]
     if bad:
       print(f"error: --only names no study: {bad}; studies: {modules}", file=sys.stderr)
       return 2

@@ -4,11 +4,11 @@
     python -m benchmarks.llc_batch --devinterp         # also devinterp 2.0.1 looping
                                                        # (needs benchmarks/requirements.txt)
 
-The workload is the LLC-over-training study's (:mod:`mechjax.studies.llc_dynamics`, its defaults): a
-deep linear network 5-5-5-5 learning a rank-3 teacher from ``n = 10,000`` samples, trained by SGD
-here for 4000 steps with 2 seeds, and saved every 100 steps: 40 checkpoints × 2 seeds = 80 points.
-Each point's LLC is estimated with 4 chains of ``--draws`` draws after ``--burnin`` steps (batch
-256, ε = 1e-5, γ = 100, nβ = n / ln n), on the training set.
+The workload is the LLC-over-training study's (:mod:`mechjax.studies.llc.llc_dynamics`, its
+defaults): a deep linear network 5-5-5-5 learning a rank-3 teacher from ``n = 10,000`` samples,
+trained by SGD here for 4000 steps with 2 seeds, and saved every 100 steps: 40 checkpoints × 2 seeds
+= 80 points. Each point's LLC is estimated with 4 chains of ``--draws`` draws after ``--burnin``
+steps (batch 256, ε = 1e-5, γ = 100, nβ = n / ln n), on the training set.
 
 Every side runs in a fresh Python process that loads the same checkpoints from one ``.npz``; the
 measured time is the whole process, from start to exit (imports, tracing, compiling, sampling), and
@@ -59,11 +59,11 @@ def make_checkpoints():
   import jax.numpy as jnp
 
   from mechjax import rng
-  from mechjax.studies import llc_dynamics as study
+  from mechjax.studies.llc import llc_dynamics
 
-  cfg = study.Config()
-  data = study.make_data(cfg)
-  problem = study.make_problem(cfg, data)
+  cfg = llc_dynamics.Config()
+  data = llc_dynamics.make_data(cfg)
+  problem = llc_dynamics.make_problem(cfg, data)
   keys = jnp.stack([rng.key(cfg.run.seed, "init", s) for s in range(SEEDS)])
   params = jax.vmap(problem.init)(keys)
 

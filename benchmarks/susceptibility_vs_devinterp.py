@@ -3,15 +3,16 @@
     pip install -r benchmarks/requirements.txt        # torch 2.13.0 (CPU build) and devinterp 2.0.1
     python -m benchmarks.susceptibility_vs_devinterp  # both workloads
 
-The model is the induction study's (:mod:`mechjax.studies.patterning_induction`, its defaults): a
-2-layer attention-only transformer (vocabulary 64, length 32, d_model 64, 4 heads a layer; 43,200
-parameters), trained here by Adam for the study's ``chi_step`` = 400 steps on its online data, where
-the study measures its susceptibilities. The posterior is localized at those weights on the study's
-``n = 4096`` fixed sequences (``nβ = n / ln n``), sampled with the study's SGLD settings (ε = 1e-4,
-γ = 100, batch 64, 50 burn-in steps). The susceptibilities are per token: 64 probe sequences (32
-that repeat their first half, 32 that do not; 31 predicted tokens each, 1,984 probe tokens), for
-the full model and for each of the 8 heads' weight restrictions (the head's query, key, value and
-output weights), with the loss ``L`` defined on the same 64 fixed sequences in both tools.
+The model is the induction study's (:mod:`mechjax.studies.patterning.patterning_induction`, its
+defaults): a 2-layer attention-only transformer (vocabulary 64, length 32, d_model 64, 4 heads a
+layer; 43,200 parameters), trained here by Adam for the study's ``chi_step`` = 400 steps on its
+online data, where the study measures its susceptibilities. The posterior is localized at those
+weights on the study's ``n = 4096`` fixed sequences (``nβ = n / ln n``), sampled with the study's
+SGLD settings (ε = 1e-4, γ = 100, batch 64, 50 burn-in steps). The susceptibilities are per token:
+64 probe sequences (32 that repeat their first half, 32 that do not; 31 predicted tokens each, 1,984
+probe tokens), for the full model and for each of the 8 heads' weight restrictions (the head's
+query, key, value and output weights), with the loss ``L`` defined on the same 64 fixed sequences in
+both tools.
 
 Each tool runs in a fresh Python process that loads the weights and the data from one ``.npz``; the
 measured time is the whole process, start to exit (imports, tracing and compiling for mechjax), and
@@ -74,7 +75,7 @@ FLAGS = flags.FLAGS
 
 
 def study_config():
-  from mechjax.studies import patterning_induction
+  from mechjax.studies.patterning import patterning_induction
 
   return patterning_induction.Config()
 
@@ -108,10 +109,12 @@ def make_inputs(cfg) -> dict[str, np.ndarray]:
   from mechjax import rng
   from mechjax.data import repeats
   from mechjax.models import transformer
-  from mechjax.studies import patterning_induction as study
+  from mechjax.studies.patterning import patterning_induction
 
-  net = study.model_of(cfg)
-  params = study.make_problem(cfg, net, np.ones(cfg.num_groups)).init(rng.key(cfg.run.seed, "init"))
+  net = patterning_induction.model_of(cfg)
+  params = patterning_induction.make_problem(cfg, net, np.ones(cfg.num_groups)).init(
+    rng.key(cfg.run.seed, "init")
+  )
   opt = optax.adam(cfg.learning_rate)
 
   @jax.jit
@@ -162,10 +165,12 @@ def jax_params(inputs: dict):
   import jax
   import jax.numpy as jnp
 
-  from mechjax.studies import patterning_induction as study
+  from mechjax.studies.patterning import patterning_induction
 
   cfg = study_config()
-  init = study.make_problem(cfg, study.model_of(cfg), np.ones(cfg.num_groups)).init
+  init = patterning_induction.make_problem(
+    cfg, patterning_induction.model_of(cfg), np.ones(cfg.num_groups)
+  ).init
   template = jax.eval_shape(init, jax.random.key(0))
   return jax.tree_util.tree_map_with_path(
     lambda path, _: jnp.asarray(inputs["w/" + flat_name(path)]), template
@@ -188,13 +193,13 @@ def run_mechjax(inputs: dict, chains: int, draws: int, out_path: str) -> dict:
 
   from mechjax.models import transformer
   from mechjax.slt import susceptibility
-  from mechjax.studies import patterning_induction as study
+  from mechjax.studies.patterning import patterning_induction
 
   cfg = study_config()
   params = jax_params(inputs)
   masks = transformer.head_masks(params, cfg.num_layers, cfg.num_heads)
   res = susceptibility.estimate_susceptibilities(
-    functools.partial(transformer.next_token_losses, study.model_of(cfg)),
+    functools.partial(transformer.next_token_losses, patterning_induction.model_of(cfg)),
     params,
     jnp.asarray(inputs["data"]),
     jnp.asarray(inputs["probes"]),
@@ -408,14 +413,14 @@ def check_same_loss(inputs: dict) -> tuple[float, float]:
   from devinterp.slt.lm_loss import compute_per_token_loss
 
   from mechjax.models import transformer
-  from mechjax.studies import patterning_induction as study
+  from mechjax.studies.patterning import patterning_induction
 
   cfg = study_config()
   with torch.no_grad():
     theirs = compute_per_token_loss(
       TorchAttnOnly.build(inputs, cfg), torch.from_numpy(inputs["probes"]).long()
     ).numpy()
-  net = study.model_of(cfg)
+  net = patterning_induction.model_of(cfg)
   ours = np.asarray(
     transformer.next_token_losses(net, jax_params(inputs), jnp.asarray(inputs["probes"]))
   )

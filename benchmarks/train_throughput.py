@@ -20,7 +20,7 @@ from absl import flags
 from benchmarks.timing import best_time
 from mechjax import cli
 from mechjax.models.mlp import TwoLayer
-from mechjax.studies import fourier_phase as study
+from mechjax.studies.fourier import fourier_phase
 from mechjax.train import loop
 
 flags.DEFINE_integer("num_seeds", 64, "Seeds.")
@@ -54,7 +54,7 @@ def compare(problem, opt, keys, n, repeats):
 
 def main(argv):
   del argv
-  cfg = study.Config(
+  cfg = fourier_phase.Config(
     tasks=("amplitude",),
     shape=(FLAGS.dim,),
     width=FLAGS.width,
@@ -62,11 +62,11 @@ def main(argv):
     batch_size=FLAGS.batch_size,
     eval_samples=2,
   )
-  full = study.make_problem(cfg, study.conditions(cfg)[0])
+  full = fourier_phase.make_problem(cfg, fourier_phase.conditions(cfg)[0])
   online = loop.Problem(full.init, full.loss)  # train steps only: no evaluation in the timing
   # The same network on one fixed batch: isolates what vmap does for the model from the data
   # generation.
-  x_fixed, y_fixed = study.make_sampler(cfg, study.conditions(cfg)[0])(
+  x_fixed, y_fixed = fourier_phase.make_sampler(cfg, fourier_phase.conditions(cfg)[0])(
     jax.random.PRNGKey(1), FLAGS.batch_size
   )
   model = TwoLayer(cfg.width, cfg.activation)
@@ -110,4 +110,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.execute(main)

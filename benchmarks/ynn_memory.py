@@ -86,14 +86,14 @@ def program(workload: str, options: dict):
   if workload == "study":
     import tempfile
 
-    from benchmarks import susceptibility_vs_devinterp as study
+    from benchmarks import susceptibility_vs_devinterp
     from mechjax import sharding
 
     sharding.CPU_COMPILER_OPTIONS.clear()
     sharding.CPU_COMPILER_OPTIONS.update(options)
-    inputs = study.make_inputs(study.study_config())
+    inputs = susceptibility_vs_devinterp.make_inputs(susceptibility_vs_devinterp.study_config())
     out = os.path.join(tempfile.mkdtemp(), "chi.npz")
-    return lambda: study.run_mechjax(inputs, 8, 600, out)
+    return lambda: susceptibility_vs_devinterp.run_mechjax(inputs, 8, 600, out)
   if workload == "llc":
     import warnings
 

@@ -5,15 +5,15 @@
     python -m experiments.fourier_phase --shape=16,16 --tasks=amplitude,spiked_principal --alpha=0,2
 
 Writes config.json, metrics.jsonl, summary.json and figures/*.png to --workdir (default
-runs/fourier_phase). The settings and their flags: mechjax/studies/fourier_phase.py (Config);
-`--help` lists them.
+runs/fourier_phase). The settings and their flags: mechjax/studies/fourier/fourier_phase.py
+(Config); `--help` lists them.
 
 Afterwards open report.html in --workdir: the results, the figures with their captions, then the
 config and the whole summary.
 """
 
 from mechjax import cli
-from mechjax.studies import fourier_phase
+from mechjax.studies.fourier import fourier_phase
 
 main = cli.experiment(fourier_phase.STUDY, __name__)
 

@@ -7,15 +7,15 @@ direction of the same size (the control), or not at all.
 
 Writes config.json, metrics.jsonl, susceptibility.npz, summary.json and
 figures/induction_{susceptibility, formation}.png to --workdir (default runs/patterning_induction).
-See mechjax/studies/patterning_induction.py. The settings and their flags:
-mechjax/studies/patterning_induction.py (Config); `--help` lists them.
+See mechjax/studies/patterning/patterning_induction.py. The settings and their flags:
+mechjax/studies/patterning/patterning_induction.py (Config); `--help` lists them.
 
 Afterwards open report.html in --workdir: the results, the figures with their captions, then the
 config and the whole summary.
 """
 
 from mechjax import cli
-from mechjax.studies import patterning_induction
+from mechjax.studies.patterning import patterning_induction
 
 main = cli.experiment(patterning_induction.STUDY, __name__)
 

@@ -8,14 +8,14 @@ at every residual site, explained variance raw and through R, the Haar tests, an
 --corpus a token file made from text files (docs/pretrained.md shows both; nothing is downloaded).
 Writes config.json, summary.json, rotations.npz and figures/alignment.png to --workdir (default
 runs/pretrained_polymorphism). The settings and their flags: Config in
-mechjax/studies/pretrained_polymorphism.py; `--help` lists them.
+mechjax/studies/rotation/pretrained_polymorphism.py; `--help` lists them.
 
 Afterwards open report.html in --workdir: the results, the figure with its caption, then the config
 and the whole summary.
 """
 
 from mechjax import cli
-from mechjax.studies import pretrained_polymorphism
+from mechjax.studies.rotation import pretrained_polymorphism
 
 main = cli.experiment(pretrained_polymorphism.STUDY, __name__)
 

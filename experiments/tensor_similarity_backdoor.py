@@ -9,14 +9,14 @@ from the same weights: with a fraction of each batch stamped with a corner patch
 the target class, and without poison (the control). Writes config.json, metrics.jsonl, summary.json,
 similarity.json and figures/backdoor_similarity.png to --workdir (default
 runs/tensor_similarity_backdoor). The settings and their flags:
-mechjax/studies/tensor_similarity_backdoor.py (Config); `--help` lists them.
+mechjax/studies/tensor_similarity/tensor_similarity_backdoor.py (Config); `--help` lists them.
 
 Afterwards open report.html in --workdir: the results, the figures with their captions, then the
 config and the whole summary.
 """
 
 from mechjax import cli
-from mechjax.studies import tensor_similarity_backdoor
+from mechjax.studies.tensor_similarity import tensor_similarity_backdoor
 
 main = cli.experiment(tensor_similarity_backdoor.STUDY, __name__)
 

@@ -8,14 +8,14 @@ decay 0.3), saving checkpoints on a power schedule, then compares every pair of 
 tensor similarity, logit cosine on all P² inputs, weight cosine and CKA. Writes config.json,
 metrics.jsonl, summary.json, similarity.npz and figures/*.png to --workdir (default
 runs/tensor_similarity_grokking). The settings and their flags:
-mechjax/studies/tensor_similarity_grokking.py (Config); `--help` lists them.
+mechjax/studies/tensor_similarity/tensor_similarity_grokking.py (Config); `--help` lists them.
 
 Afterwards open report.html in --workdir: the results, the figures with their captions, then the
 config and the whole summary.
 """
 
 from mechjax import cli
-from mechjax.studies import tensor_similarity_grokking
+from mechjax.studies.tensor_similarity import tensor_similarity_grokking
 
 main = cli.experiment(tensor_similarity_grokking.STUDY, __name__)
 

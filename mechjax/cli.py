@@ -15,7 +15,7 @@ Errors a user can cause print exactly one line on stderr and exit non-zero, with
 * a non-finite loss (:class:`mechjax.train.loop.NonFiniteError`, exit 1).
 
 The theory scripts define their own flags with absl and use :func:`positive_int` and friends and
-:func:`run`.
+:func:`execute` (``absl.app.run`` with these one-line errors).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def experiment(study: Study, module_name: str):
     figures = f" and figures/ ({', '.join(summary['figures'])})" if summary.get("figures") else ""
     print(f"wrote {FLAGS.workdir}/summary.json{figures}; open {FLAGS.workdir}/report.html")
 
-  return lambda: run(body)
+  return lambda: execute(body)
 
 
 def flag_values() -> dict:
@@ -217,7 +217,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     sys.exit(2)
 
 
-def run(main: Callable[[list[str]], None]) -> None:
+def execute(main: Callable[[list[str]], None]) -> None:
   """``absl.app.run`` with one-line errors for bad flags, refused configs, unusable workdirs,
   non-finite losses and studies that stop without a result."""
 

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from mechjax.studies import fourier_phase as study
+from mechjax.studies.fourier import fourier_phase
 from mechjax.train import checkpoint as ckpt_lib
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
@@ -109,10 +109,10 @@ def test_finished_run_is_not_retrained_and_overwrite_starts_afresh(tmp_path):
 
 
 def _final_state(wd, steps_args):
-  cfg = study.Config().replace(
+  cfg = fourier_phase.Config().replace(
     tasks=("amplitude",), width=16, eval_samples=256, num_seeds=2, batch_size=32
   )
-  problem = study.make_problem(cfg, study.conditions(cfg)[0])
+  problem = fourier_phase.make_problem(cfg, fourier_phase.conditions(cfg)[0])
   opt = optax.sgd(cfg.learning_rate)
   abstract = jax.eval_shape(
     jax.vmap(functools.partial(loop.init_state, problem, opt)), loop.seed_keys(0, 2)

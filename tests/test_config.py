@@ -2,13 +2,13 @@
 (mechjax.cli)."""
 
 import dataclasses
-import importlib
 
 import pytest
 from absl import flags as absl_flags
 
 from mechjax import cli
 from mechjax import config
+from mechjax import studies
 from mechjax.config import ConfigError
 from mechjax.slt.settings import SGLDSettings
 
@@ -44,7 +44,7 @@ class Toy(config.Settings):
 
 
 def _study(name):
-  return importlib.import_module(f"mechjax.studies.{name}")
+  return studies.find(name)
 
 
 def _parse(config_cls, *argv):

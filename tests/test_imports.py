@@ -131,3 +131,45 @@ def test_the_layer_check_finds_a_planted_upward_import():
   assert upward_imports(graph) == [
     "mechjax.models.sae (layer 2) imports mechjax.train.loop (layer 3)"
   ]
+
+
+def is_abbreviation(alias: str, module: str) -> bool:
+  """Whether ``alias`` names ``module`` (a dotted path) rather than hiding it: its letters, less a
+  ``_lib`` suffix and underscores, appear in order in the path's letters (``bl`` for
+  ``models.bilinear``, ``ckpt_lib`` for ``train.checkpoint``, ``train_sae`` for ``train.sae``),
+  where another word (``shared`` for ``studies.patterning_parens_base``) does not."""
+  letters = iter(module.lower().replace(".", "").replace("_", ""))
+  return all(c in letters for c in alias.lower().removesuffix("_lib").replace("_", ""))
+
+
+def hiding_aliases(folders: tuple[str, ...]) -> list[str]:
+  """``file:line alias <- module`` for every ``from mechjax... import m as a`` (and ``import
+  mechjax.m as a``) in ``folders`` whose alias is not an abbreviation of the module."""
+  bad = []
+  for top in folders:
+    for folder, _, files in os.walk(os.path.join(ROOT, top)):
+      for f in (f for f in files if f.endswith(".py")):
+        path = os.path.join(folder, f)
+        with open(path) as fh:
+          tree = ast.parse(fh.read(), path)
+        for node in ast.walk(tree):
+          if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mechjax"):
+            pairs = [(f"{node.module}.{a.name}", a.asname) for a in node.names]
+          elif isinstance(node, ast.Import):
+            pairs = [(a.name, a.asname) for a in node.names if a.name.startswith("mechjax")]
+          else:
+            continue
+          for module, alias in pairs:
+            if alias and not is_abbreviation(alias, module.removeprefix("mechjax.")):
+              bad.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} {alias} <- {module}")
+  return bad
+
+
+def test_no_alias_hides_the_module_it_imports():
+  """``import m as a`` keeps ``a`` an abbreviation of ``m``, in the package and in every script and
+  test; an alias that is another word (``flags as shared``) hides what it names."""
+  assert is_abbreviation("sus", "slt.susceptibility") and is_abbreviation("H", "align.haar")
+  assert not is_abbreviation("shared", "studies.patterning.patterning_parens_base")
+  assert not is_abbreviation("study", "studies.fourier.fourier_phase")
+  folders = ("mechjax", "experiments", "theory", "benchmarks", "launch", "tests", ".ci")
+  assert not hiding_aliases(folders), "\n".join(hiding_aliases(folders))

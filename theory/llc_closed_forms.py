@@ -62,4 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.execute(main)

@@ -324,4 +324,4 @@ if __name__ == "__main__":
   cli.positive_int("width", minimum=2)
   cli.positive_int("samples", minimum=100)
   FLAGS = flags.FLAGS
-  cli.run(main)
+  cli.execute(main)

@@ -33,7 +33,7 @@ from jax.sharding import Mesh
 from mechjax import rng
 from mechjax import sharding
 from mechjax.slt import chain as chain_lib
-from mechjax.slt import components as component_programs
+from mechjax.slt import components as components_lib
 from mechjax.slt import inputs
 from mechjax.slt import langevin
 from mechjax.slt import mixing
@@ -253,7 +253,7 @@ def estimate_susceptibilities(
   if mesh is not None:
     mesh = sharding.sampler_mesh(mesh, s.num_chains)
     params = sharding.place(params, mesh)
-  masks, branch, distinct = component_programs.component_masks(components, params, s)
+  masks, branch, distinct = components_lib.component_masks(components, params, s)
   masks = sharding.place(masks, mesh, lead=1)
   eval_data = _eval_batch(data, sampler, eval_data, eval_size, key)
   probe_shape = _output_shape(per_sample_loss, params, probes)
@@ -268,12 +268,12 @@ def estimate_susceptibilities(
   source = None if sampler is not None else data
   if isinstance(data, Streamed):  # every component on the union of the supports: one carry shape
     union = (tuple(map(any, zip(*distinct))),)
-    build = lambda layout, per: component_programs.StreamedComponents(  # noqa: E731
+    build = lambda layout, per: components_lib.StreamedComponents(  # noqa: E731
       per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, union
     )
     run = lambda program, part: program(params, data, keys[part], masks, observe_data)  # noqa: E731
   else:
-    build = lambda layout, per: component_programs.components_program(  # noqa: E731
+    build = lambda layout, per: components_lib.components_program(  # noqa: E731
       per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, sampler, distinct
     )
     run = lambda program, part: program(  # noqa: E731

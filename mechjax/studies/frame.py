@@ -60,7 +60,7 @@ class Context:
 
   workdir: str
   progress: bool = True
-  run: config_lib.RunSettings | None = None  # the study's ``cfg.run``
+  run_settings: config_lib.RunSettings | None = None  # the study's ``cfg.run``
   tensorboard: bool = False  # also write TensorBoard event files (``--tensorboard``)
   seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # summary["seconds"]
   _plan: progress_lib.Plan | None = dataclasses.field(default=None, init=False, repr=False)
@@ -77,9 +77,9 @@ class Context:
     ``--checkpoint_every``, and this context's progress lines. ``overrides`` replace any of them
     (``keys=``, ``steps=``, ...) or add :func:`~mechjax.train.loop.train`'s other arguments
     (``keep_checkpoints=None``, ...)."""
-    if self.run is None:
-      raise ValueError("this context has no run settings; pass run=cfg.run to Context")
-    r = self.run
+    if self.run_settings is None:
+      raise ValueError("this context has no run settings; pass run_settings=cfg.run to Context")
+    r = self.run_settings
     kwargs = dict(
       keys=loop.seed_keys(r.seed, r.num_seeds),
       steps=r.steps,
@@ -94,7 +94,7 @@ class Context:
     try:
       with self.timed(f"train {name}"):
         return loop.train(
-          problem, optimizer, workdir=self.workdir, run=name, **{**kwargs, **overrides}
+          problem, optimizer, workdir=self.workdir, name=name, **{**kwargs, **overrides}
         )
     finally:
       if self._plan is not None:

@@ -211,7 +211,7 @@ def train(
   keys: jax.Array,
   steps: int,
   workdir: str | os.PathLike,
-  run: str = "main",
+  name: str = "main",
   log_every: int = 100,
   checkpoint_every: int = 1000,
   progress: bool = True,
@@ -228,7 +228,7 @@ def train(
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
-  Resumes from ``workdir/checkpoints/<run>`` if it holds a checkpoint (a finished run returns at
+  Resumes from ``workdir/checkpoints/<name>`` if it holds a checkpoint (a finished run returns at
   once), bitwise equal to the run that was never stopped. Every chunk end writes a line of per-seed
   metrics to ``workdir/metrics.jsonl``: the chunk means of the per-step metrics, prefixed
   ``train_``, and the ``evaluate`` metrics. Across processes (``jax.distributed``), the returned
@@ -240,7 +240,7 @@ def train(
     keys: one PRNG key per seed, shape ``(num_seeds, ...)`` (:func:`seed_keys`).
     steps: the total number of steps (a resumed run trains the rest).
     workdir: the run folder (metrics and checkpoints are written under it).
-    run: the name of this training run in the folder (``checkpoints/<run>``, the ``run`` field of
+    name: the name of this training run in the folder (``checkpoints/<name>``, the ``run`` field of
       each metrics row), so one study can train several.
     log_every: steps between metrics rows (chunk ends).
     checkpoint_every: steps between checkpoints; one is also saved at ``steps``.
@@ -264,7 +264,7 @@ def train(
       them through ``optax.inject_hyperparams`` (:func:`set_hyperparams`); a checkpoint restores
       them with the state.
     tensorboard: also write the metrics as TensorBoard event files under
-      ``workdir/tensorboard/<run>/`` (:class:`~mechjax.train.metrics.MetricsWriter`).
+      ``workdir/tensorboard/<name>/`` (:class:`~mechjax.train.metrics.MetricsWriter`).
     member_data: fixed per-member data, a pytree whose leaves have the seed axis in front (e.g. a
       teacher per member, so that several teachers train in the one program); the problem's
       ``loss`` and ``evaluate`` get each member's slice as a third argument. It is checkpointed
@@ -288,7 +288,7 @@ def train(
     optimizer,
     keys=keys,
     workdir=workdir,
-    run=run,
+    name=name,
     shard_seeds=shard_seeds,
     initial_params=initial_params,
     member_data=member_data,
@@ -299,9 +299,9 @@ def train(
   sharding = distributed.state_sharding(keys.shape[0], shard_seeds)
 
   with (
-    metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), run, tensorboard) as writer,
+    metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"), name, tensorboard) as writer,
     ckpt_lib.Checkpointer(
-      os.path.join(workdir, "checkpoints", run), max_to_keep=keep_checkpoints
+      os.path.join(workdir, "checkpoints", name), max_to_keep=keep_checkpoints
     ) as checkpointer,
   ):
     start = checkpointer.latest_step()
@@ -311,7 +311,7 @@ def train(
           lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract_state
         )
       state = checkpointer.restore(abstract_state, start)
-      _check_restored_member_data(state, member_data, run)
+      _check_restored_member_data(state, member_data, name)
       writer.truncate_after(start)
     else:
       state = init_fn(keys)
@@ -331,7 +331,7 @@ def train(
       )
 
     chunk_fn = make_chunk_fn(problem, optimizer)
-    bar = Progress(run, steps, start, enabled=progress, plan=plan)
+    bar = Progress(name, steps, start, enabled=progress, plan=plan)
     step = start
     saves = {int(e) for e in checkpoint_steps}
     for end in schedule.chunk_ends(start, steps, log_every, checkpoint_every, saves):
@@ -346,7 +346,7 @@ def train(
         per_step["loss"],
         end_metrics.pop("params_finite"),
         first_step=step + 1,
-        run=run,
+        name=name,
         last_good=checkpointer.latest_step(),
       )
       row = {f"train_{k}": np.mean(v, axis=1) for k, v in per_step.items()}
@@ -395,7 +395,7 @@ def _check_member_data(member_data, num_seeds: int) -> None:
       )
 
 
-def _check_restored_member_data(state: State, member_data, run: str) -> None:
+def _check_restored_member_data(state: State, member_data, name: str) -> None:
   """A checkpoint resumes only with the member data it was trained with."""
   saved = state.get("member_data")
   if member_data is None:
@@ -409,7 +409,7 @@ def _check_restored_member_data(state: State, member_data, run: str) -> None:
   )
   if not same:
     raise ValueError(
-      f"the checkpoint of run '{run}' was trained with other member_data than the one given; "
+      f"the checkpoint of run '{name}' was trained with other member_data than the one given; "
       "use a new workdir (or overwrite) to train with this member data"
     )
 
@@ -465,7 +465,7 @@ def _check_finite(
   params_finite_S: np.ndarray,
   *,
   first_step: int,
-  run: str,
+  name: str,
   last_good: int | None,
 ):
   kept = (
@@ -477,14 +477,14 @@ def _check_finite(
   if first is not None:
     seed, offset = first
     raise NonFiniteError(
-      f"non-finite loss at step {first_step + offset} (seed {seed}) in run '{run}'; "
+      f"non-finite loss at step {first_step + offset} (seed {seed}) in run '{name}'; "
       f"training stopped, {kept}"
     )
   if not np.all(params_finite_S):
     seed = int(np.argmin(params_finite_S))
     raise NonFiniteError(
       f"non-finite parameters after step {first_step + loss_SxT.shape[1] - 1} (seed {seed}) in run "
-      f"'{run}'; training stopped, {kept}"
+      f"'{name}'; training stopped, {kept}"
     )
 
 
@@ -494,7 +494,7 @@ def checkpoint_params(
   *,
   keys: jax.Array,
   workdir: str | os.PathLike,
-  run: str = "main",
+  name: str = "main",
   steps: Sequence[int] | None = None,
   shard_seeds: bool | None = None,
   initial_params: Params = None,
@@ -511,7 +511,7 @@ def checkpoint_params(
       needs its structure).
     keys: the run's seed keys.
     workdir: the run folder.
-    run: the training run's name in the folder.
+    name: the training run's name in the folder.
     steps: the steps to read; all committed steps by default.
     shard_seeds: as given to :func:`train`.
     initial_params: as given to :func:`train`.
@@ -525,13 +525,13 @@ def checkpoint_params(
       lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), abstract
     )
   with ckpt_lib.Checkpointer(
-    os.path.join(os.fspath(workdir), "checkpoints", run), max_to_keep=None
+    os.path.join(os.fspath(workdir), "checkpoints", name), max_to_keep=None
   ) as ck:
     available = ck.all_steps()
     wanted = available if steps is None else [int(s) for s in steps]
     missing = sorted(set(wanted) - set(available))
     if missing:
       raise FileNotFoundError(
-        f"no checkpoint for steps {missing} of run '{run}' in {workdir}; saved: {available}"
+        f"no checkpoint for steps {missing} of run '{name}' in {workdir}; saved: {available}"
       )
     return {s: distributed.host_if_multiprocess(ck.restore(abstract, s)["params"]) for s in wanted}

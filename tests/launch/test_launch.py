@@ -1,7 +1,6 @@
 """Sweeps: building, hashing, the local backend (kill and re-run, failures), aggregation, and the
 commands the TPU VM and SLURM backends generate."""
 
-import importlib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from launch import lib
 from launch import slurm
 from launch import tpu_vm
 from mechjax import config
+from mechjax import studies
 from tests.helpers import ROOT
 from tests.helpers import check_report
 from tests.helpers import run_module
@@ -151,10 +151,10 @@ def _defined_flags(module: str) -> set[str]:
   from its DEFINE_ calls."""
   with open(os.path.join(ROOT, *module.split(".")) + ".py") as f:
     source = f.read()
-  studies = re.findall(r"from mechjax\.studies import (\w+)", source)
+  names = re.findall(r"from mechjax\.studies(?:\.\w+)? import (\w+)", source)
   if module.startswith("experiments."):
-    assert len(studies) == 1, module
-    study = importlib.import_module(f"mechjax.studies.{studies[0]}")
+    assert len(names) == 1, module
+    study = studies.find(names[0])
     return {"workdir", "overwrite"} | {s.flag for s in config.flat_specs(study.Config) if s.flag}
   return set(re.findall(r'DEFINE_\w+\(\s*"(\w+)"', source))
 

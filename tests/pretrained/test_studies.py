@@ -13,8 +13,8 @@ import pytest
 from mechjax.align import haar
 from mechjax.data import tokens
 from mechjax.models import pretrained
-from mechjax.studies import pretrained_llc
-from mechjax.studies import pretrained_polymorphism
+from mechjax.studies.llc import pretrained_llc
+from mechjax.studies.rotation import pretrained_polymorphism
 from tests.helpers import ROOT
 from tests.helpers import check_report
 from tests.helpers import expect_unmixed

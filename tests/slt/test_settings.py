@@ -13,10 +13,7 @@ from mechjax.slt import susceptibility as sus
 from mechjax.slt.settings import SGLDSettings
 from mechjax.slt.settings import settings_from
 from tests.helpers import expect_unmixed
-from tests.slt.test_programs import _data
-from tests.slt.test_programs import _loss
-from tests.slt.test_programs import _per_sample
-from tests.slt.test_programs import _w
+from tests.slt import regression
 
 BASE = SGLDSettings(step_size=1e-4, localization=10.0, batch_size=32, num_chains=2)
 
@@ -38,16 +35,32 @@ def test_a_name_that_is_not_a_setting_is_refused_in_every_entry_point():
     settings_from(step_size=1e-4, localization=10.0)
   with pytest.raises(TypeError, match="settings must be an SGLDSettings; got dict"):
     settings_from({"step_size": 1e-4})
-  data, key = _data(), jax.random.PRNGKey(0)
+  data, key = regression.data(), jax.random.PRNGKey(0)
   calls = [
-    lambda: llc_lib.estimate_llc(_loss, _w(1.0), data, key=key, settings=BASE, draws=5),
+    lambda: llc_lib.estimate_llc(
+      regression.loss, regression.w_star(1.0), data, key=key, settings=BASE, draws=5
+    ),
     lambda: llc_lib.estimate_llc_batch(
-      _loss, jax.tree.map(lambda a: a[None], _w(1.0)), data, key=key, settings=BASE, draws=5
+      regression.loss,
+      jax.tree.map(lambda a: a[None], regression.w_star(1.0)),
+      data,
+      key=key,
+      settings=BASE,
+      draws=5,
     ),
     lambda: sus.estimate_susceptibilities(
-      _per_sample, _w(1.0), data, data, key=key, settings=BASE, draws=5
+      regression.per_sample, regression.w_star(1.0), data, data, key=key, settings=BASE, draws=5
     ),
-    lambda: sus.bif(_per_sample, _w(1.0), data, data, data, key=key, settings=BASE, draws=5),
+    lambda: sus.bif(
+      regression.per_sample,
+      regression.w_star(1.0),
+      data,
+      data,
+      data,
+      key=key,
+      settings=BASE,
+      draws=5,
+    ),
   ]
   for call in calls:
     with pytest.raises(TypeError, match=r"unknown SGLD settings \['draws'\]"):
@@ -56,10 +69,16 @@ def test_a_name_that_is_not_a_setting_is_refused_in_every_entry_point():
 
 @expect_unmixed
 def test_settings_with_an_override_run_the_chains_the_replaced_settings_run():
-  data, key = _data(), jax.random.PRNGKey(3)
-  got = llc_lib.estimate_llc(_loss, _w(1.0), data, key=key, settings=BASE, num_draws=12)
+  data, key = regression.data(), jax.random.PRNGKey(3)
+  got = llc_lib.estimate_llc(
+    regression.loss, regression.w_star(1.0), data, key=key, settings=BASE, num_draws=12
+  )
   want = llc_lib.estimate_llc(
-    _loss, _w(1.0), data, key=key, settings=dataclasses.replace(BASE, num_draws=12)
+    regression.loss,
+    regression.w_star(1.0),
+    data,
+    key=key,
+    settings=dataclasses.replace(BASE, num_draws=12),
   )
   assert np.asarray(got.loss_trace).shape == (2, 12)
   np.testing.assert_array_equal(got.loss_trace, want.loss_trace)

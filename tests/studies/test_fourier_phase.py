@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mechjax.studies import fourier_phase as fp
+from mechjax.studies.fourier import fourier_phase as fp
 
 TINY = dict(
   tasks=("spiked_principal",),

@@ -8,8 +8,8 @@ import pathlib
 import pytest
 
 from mechjax import config
-from mechjax.studies import fourier_phase
 from mechjax.studies import frame
+from mechjax.studies.fourier import fourier_phase
 from mechjax.studies.workdir import WorkdirError
 from tests.helpers import check_report
 
@@ -170,17 +170,9 @@ def test_a_real_study_from_python_obeys_the_same_contract(tmp_path):
 
 def study_modules() -> dict[str, object]:
   """Every module of mechjax/studies/ that exports a STUDY."""
-  import importlib
-  import pkgutil
-
   from mechjax import studies
 
-  out = {}
-  for info in pkgutil.iter_modules(studies.__path__):
-    module = importlib.import_module(f"mechjax.studies.{info.name}")
-    if hasattr(module, "STUDY"):
-      out[info.name] = module
-  return out
+  return studies.all_studies()
 
 
 def test_every_study_has_one_name_from_experiment_file_to_workdir():

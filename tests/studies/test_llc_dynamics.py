@@ -7,7 +7,7 @@ import os
 import pytest
 
 from mechjax.slt import closed_forms as cf
-from mechjax.studies import llc_dynamics as study
+from mechjax.studies.llc import llc_dynamics
 from tests.helpers import check_report
 from tests.helpers import expect_unmixed
 
@@ -31,28 +31,28 @@ TINY = dict(
 
 def test_config_refuses_a_teacher_wider_than_the_network():
   with pytest.raises(ValueError, match="narrowest"):
-    study.Config(widths=(3, 2, 3), singular_values=(1.0, 1.0, 1.0))
+    llc_dynamics.Config(widths=(3, 2, 3), singular_values=(1.0, 1.0, 1.0))
 
 
 @expect_unmixed
 @pytest.mark.slow
 def test_resumed_run_reuses_the_llc_of_finished_checkpoints(tmp_path, monkeypatch):
-  cfg = study.Config().replace(**TINY)
-  first = study.run(cfg, str(tmp_path), progress=False)
+  cfg = llc_dynamics.Config().replace(**TINY)
+  first = llc_dynamics.run(cfg, str(tmp_path), progress=False)
   lines = (tmp_path / "llc.jsonl").read_text().splitlines()
   assert [json.loads(line)["item"] for line in lines] == [20, 40]  # one line per checkpoint
   # A checkpoint torn mid-way (its line cut short) is recomputed; the finished one is not.
   with open(tmp_path / "llc.jsonl", "w") as f:
     f.write(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])
   calls = []
-  original = study.llc_lib.estimate_llc_batch
+  original = llc_dynamics.llc_lib.estimate_llc_batch
   monkeypatch.setattr(
-    study.llc_lib,
+    llc_dynamics.llc_lib,
     "estimate_llc_batch",
     lambda *a, **k: calls.append(k["key"]) or original(*a, **k),
   )
   os.remove(tmp_path / "summary.json")
-  second = study.run(cfg, str(tmp_path), progress=False)
+  second = llc_dynamics.run(cfg, str(tmp_path), progress=False)
   assert len(calls) == 1  # one program for the one missing checkpoint (padded), one γ
   assert (
     second["localizations"] == first["localizations"]

@@ -6,7 +6,7 @@ import pytest
 
 from mechjax.data import repeats
 from mechjax.slt import patterning
-from mechjax.studies import patterning_induction as ind
+from mechjax.studies.patterning import patterning_induction as ind
 from tests.helpers import check_report
 
 

@@ -11,10 +11,10 @@ import pytest
 
 from mechjax.data import parens
 from mechjax.studies import frame
-from mechjax.studies import patterning_parens as pp
-from mechjax.studies import patterning_parens_base as pb
-from mechjax.studies import patterning_parens_llc as pl
-from mechjax.studies import patterning_parens_probe as ppp
+from mechjax.studies.patterning import patterning_parens as pp
+from mechjax.studies.patterning import patterning_parens_base as pb
+from mechjax.studies.patterning import patterning_parens_llc as pl
+from mechjax.studies.patterning import patterning_parens_probe as ppp
 from tests.helpers import ROOT
 from tests.helpers import check_report
 from tests.helpers import expect_unmixed

@@ -14,13 +14,13 @@ from mechjax.align.haar import haar_orthogonal
 from mechjax.models.transformer import Transformer
 from mechjax.models.transformer import fold_rmsnorm_gains
 from mechjax.models.transformer import rotate_residual
-from mechjax.studies import polymorphism as study
-from mechjax.studies import polymorphism_analysis as analysis_lib
-from mechjax.studies import polymorphism_report as report_lib
+from mechjax.studies.rotation import polymorphism
+from mechjax.studies.rotation import polymorphism_analysis as analysis_lib
+from mechjax.studies.rotation import polymorphism_report as report_lib
 from tests.helpers import check_report
 from tests.helpers import run_module
 
-CFG = study.Config().replace(
+CFG = polymorphism.Config().replace(
   optimizer=("sgd",),
   length=16,
   max_depth=4,
@@ -67,7 +67,7 @@ def _signed_permutation(key, d):
 def planted():
   """Seed 0 is a model; seed 1 is the same model in a Haar-rotated basis with its stream scaled by
   2; seed 2 in a signed-permuted basis."""
-  model = study.model_of(CFG)
+  model = polymorphism.model_of(CFG)
   params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, CFG.length), jnp.int32))
   q = haar_orthogonal(jax.random.PRNGKey(1), CFG.d_model)
   p = _signed_permutation(jax.random.PRNGKey(2), CFG.d_model)
@@ -78,7 +78,7 @@ def planted():
   ]
   params_S = jax.tree.map(lambda *a: jnp.stack(a), *seeds)
   out = analysis_lib.analyze(
-    CFG, model, functools.partial(study.sample, CFG), params_S, progress=False
+    CFG, model, functools.partial(polymorphism.sample, CFG), params_S, progress=False
   )
   return out["sites"], out["rotations"], q, p
 
@@ -96,7 +96,7 @@ def test_the_sites_are_the_distinct_points_of_the_stream():
 @pytest.mark.slow
 def test_analysis_recovers_a_planted_rotation_and_its_transfers(planted):
   analysis, rotations, q, _ = planted
-  assert list(analysis) == analysis_lib.analysis_sites(study.model_of(CFG))
+  assert list(analysis) == analysis_lib.analysis_sites(polymorphism.model_of(CFG))
   for site, a in analysis.items():
     np.testing.assert_allclose(rotations[f"{site}/0_1"], q, atol=2e-3, err_msg=site)
     pair = next(p for p in a["pairs"] if p["seeds"] == [0, 1])
@@ -185,10 +185,12 @@ BAD_FLAGS = [
 def test_bad_flags_are_refused_naming_the_flag(flag, name):
   """The experiment's flags, parsed as its command line parses them, into its config."""
   fv = absl_flags.FlagValues()
-  cli.define(study.Config, module_name="experiments.polymorphism", workdir="w", flag_values=fv)
+  cli.define(
+    polymorphism.Config, module_name="experiments.polymorphism", workdir="w", flag_values=fv
+  )
   with pytest.raises((cli.FlagError, absl_flags.Error), match=name):
     fv(["polymorphism", flag])
-    cli.config_from_flags(study.Config, fv)
+    cli.config_from_flags(polymorphism.Config, fv)
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from mechjax.studies import tensor_similarity_backdoor
-from mechjax.studies import tensor_similarity_grokking
+from mechjax.studies.tensor_similarity import tensor_similarity_backdoor
+from mechjax.studies.tensor_similarity import tensor_similarity_grokking
 from tests.helpers import check_report
 from tests.helpers import run_module
 

@@ -222,10 +222,10 @@ def test_nan_guard_reports_the_first_bad_step():
   loss[2, 7] = np.nan
   loss[1, 4] = np.inf
   with pytest.raises(loop.NonFiniteError, match=r"loss at step 25 \(seed 1\)"):
-    loop._check_finite(loss, np.ones(3, bool), first_step=21, run="r", last_good=None)
+    loop._check_finite(loss, np.ones(3, bool), first_step=21, name="r", last_good=None)
   with pytest.raises(loop.NonFiniteError, match=r"parameters after step 30 \(seed 2\)"):
     loop._check_finite(
-      np.ones((3, 10)), np.array([True, True, False]), first_step=21, run="r", last_good=20
+      np.ones((3, 10)), np.array([True, True, False]), first_step=21, name="r", last_good=20
     )
 
 

@@ -24,8 +24,8 @@ margin (:func:`mechjax.align.transfer.steering_transfer`).
 
 Adam updates are not rotation-equivariant, SGD (with momentum) updates are, so the answer can depend
 on the optimizer; ``optimizers=("adam", "sgd")`` runs both. The measurements are in
-:mod:`mechjax.studies.polymorphism_analysis`, the table and figures in
-:mod:`mechjax.studies.polymorphism_report`.
+:mod:`mechjax.studies.rotation.polymorphism_analysis`, the table and figures in
+:mod:`mechjax.studies.rotation.polymorphism_report`.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from mechjax.config import ConfigError
 from mechjax.data import dyck
 from mechjax.models.transformer import Transformer
 from mechjax.studies import frame
-from mechjax.studies import polymorphism_analysis as analysis
-from mechjax.studies import polymorphism_report as report_lib
+from mechjax.studies.rotation import polymorphism_analysis
+from mechjax.studies.rotation import polymorphism_report as report_lib
 from mechjax.train import loop
 from mechjax.train.metrics import finite_mean
 
@@ -184,7 +184,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   figures."""
   model = model_of(cfg)
   summary = {
-    "sites": analysis.analysis_sites(model),
+    "sites": polymorphism_analysis.analysis_sites(model),
     "optimizers": {},
     "d_model": cfg.d_model,
   }
@@ -198,7 +198,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
 
     done = ctx.stage(  # {"sites": {site: {"seeds", "pairs", "summary"}}, "rotations"}
       f"analysis_{name}",
-      lambda: analysis.analyze(
+      lambda: polymorphism_analysis.analyze(
         cfg, model, functools.partial(sample, cfg), result.state["params"], progress=ctx.progress
       ),
     )

@@ -10,7 +10,7 @@ from mechjax import plotting
 from mechjax import report
 from mechjax import rng
 from mechjax.align import haar
-from mechjax.studies.polymorphism_analysis import HAAR_STATS
+from mechjax.studies.rotation.polymorphism_analysis import HAAR_STATS
 
 TABLE_COLUMNS = (
   ("sae_ev_within", "SAE EV within", "{:.3f}"),

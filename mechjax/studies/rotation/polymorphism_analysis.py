@@ -1,4 +1,5 @@
-"""The analysis of the polymorphism study (:mod:`mechjax.studies.polymorphism`): for one optimizer's
+"""The analysis of the polymorphism study (:mod:`mechjax.studies.rotation.polymorphism`): for one
+optimizer's
 seeds, every site's rotations, SAEs, Haar tests and steering (:func:`analyze`), and the means of the
 study's table (:func:`summarize_site`). ``cfg`` is that study's ``Config``.
 """

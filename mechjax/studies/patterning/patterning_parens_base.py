@@ -1,6 +1,6 @@
-"""What the two parenthesis patterning studies share: :mod:`mechjax.studies.patterning_parens`
-(patterning by each solution's LLC) and :mod:`mechjax.studies.patterning_parens_probe` (a probe loss
-targeted at one posterior).
+"""What the two parenthesis patterning studies share:
+:mod:`mechjax.studies.patterning.patterning_parens` (patterning by each solution's LLC) and
+:mod:`mechjax.studies.patterning.patterning_parens_probe` (a probe loss targeted at one posterior).
 
 The task, its two algorithms (**counts** and **prefix**, both perfect on the training strings) and
 the probes where they disagree: :mod:`mechjax.data.parens`. The probes here also start with ``(``

@@ -1,7 +1,7 @@
 """Patterning on parenthesis balancing by the LLC: which of two algorithms a transformer learns, and
 whether a data re-weighting computed from susceptibilities (Wang & Murfet 2026, arXiv:2601.13548)
 changes it. The task, the counts rate and how a seed's algorithm is counted:
-:mod:`mechjax.studies.patterning_parens_base`.
+:mod:`mechjax.studies.patterning.patterning_parens_base`.
 
 Among solutions of equal loss the tempered posterior favours the one with the lower local learning
 coefficient, ``log p_A/p_B ≈ −(λ_A − λ_B)·log n`` (Watanabe's free energy), and this is the lever
@@ -14,16 +14,16 @@ the other's. The stages, each resuming from what the workdir holds:
    default the swept share whose counts share is nearest one half.
 2. **Reference solutions** (:func:`solved_share`), one forced to each algorithm, at the first share
    of that ranking where both reach ``perfect_accuracy`` on the training set.
-3. **The LLC analysis** (:mod:`mechjax.studies.patterning_parens_llc`): the re-weightings that move
-   the target's LLC relative to the other's by ``llc_margin`` inside the linear regime, and the
-   LLCs re-measured under them (predicted against measured Δλ), before any retraining.
+3. **The LLC analysis** (:mod:`mechjax.studies.patterning.patterning_parens_llc`): the re-weightings
+   that move the target's LLC relative to the other's by ``llc_margin`` inside the linear regime,
+   and the LLCs re-measured under them (predicted against measured Δλ), before any retraining.
 4. **Retraining** under four conditions (unweighted, toward counts, toward prefix, and a random
    re-weighting of the same total variation) with paired seeds; Fisher's exact test on the
    selection counts, Wilcoxon's signed-rank test on the counts rates.
 
 The earlier design, a probe loss targeted at one posterior, is
-:mod:`mechjax.studies.patterning_parens_probe`. Outputs: ``metrics.jsonl``, ``patterning.json``
-(the analysis), ``summary.json`` and ``figures/patterning_parens.png``.
+:mod:`mechjax.studies.patterning.patterning_parens_probe`. Outputs: ``metrics.jsonl``,
+``patterning.json`` (the analysis), ``summary.json`` and ``figures/patterning_parens.png``.
 """
 
 from __future__ import annotations
@@ -34,21 +34,23 @@ import os
 import numpy as np
 
 from mechjax import config
+from mechjax import plotting
 from mechjax.config import ConfigError
 from mechjax.data import parens
 from mechjax.slt import mixing
 from mechjax.slt import patterning
 from mechjax.studies import frame
-from mechjax.studies import patterning_parens_base as shared
-from mechjax.studies import patterning_parens_llc as llc_design
 from mechjax.studies.frame import StudyStopped
+from mechjax.studies.patterning import patterning_parens_base
+from mechjax.studies.patterning import patterning_parens_llc
 
 NAME = "patterning_parens"
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(shared.ParensSettings):
-  """The settings of :class:`~mechjax.studies.patterning_parens_base.ParensSettings` and these."""
+class Config(patterning_parens_base.ParensSettings):
+  """The settings of :class:`~mechjax.studies.patterning.patterning_parens_base.ParensSettings`
+  and these."""
 
   neg_prefix_fraction: float | None = config.setting(
     None,
@@ -103,9 +105,11 @@ def base_rate_sweep(cfg: Config, model, ctx: frame.Context) -> tuple[list[dict],
   rows and the runs' histories by fraction."""
   rows, histories = [], {}
   for f in cfg.base_rate_fractions:
-    data = shared.make_data(cfg, f)
-    result = shared.train_weighted(cfg, model, data, np.ones(cfg.n), f"base_rate_{f:g}", ctx)
-    o = shared.seed_outcomes(cfg, result.history[-1])
+    data = patterning_parens_base.make_data(cfg, f)
+    result = patterning_parens_base.train_weighted(
+      cfg, model, data, np.ones(cfg.n), f"base_rate_{f:g}", ctx
+    )
+    o = patterning_parens_base.seed_outcomes(cfg, result.history[-1])
     histories[f] = result.history
     row = {k: o[k] for k in ("selected", "counts_rate", "counts_rate_mean")}
     rows.append({"fraction": f, "counts_share": o["selected"]["counts"] / cfg.run.num_seeds, **row})
@@ -138,11 +142,13 @@ def solved_share(cfg: Config, model, sweep: list[dict], ctx: frame.Context):
   max_steps = cfg.reference_max_steps or 4 * first
   passed_over = []
   for rank, (fraction, chosen_by, in_range) in enumerate(ranked_fractions(cfg, sweep)):
-    data = shared.make_data(cfg, fraction)
+    data = patterning_parens_base.make_data(cfg, fraction)
     prefix = "" if rank == 0 else f"share_{fraction:g}_"
     try:
-      refs = shared.reference_solutions(cfg, model, data, ctx, prefix=prefix, max_steps=max_steps)
-    except shared.NotASolution as e:
+      refs = patterning_parens_base.reference_solutions(
+        cfg, model, data, ctx, prefix=prefix, max_steps=max_steps
+      )
+    except patterning_parens_base.NotASolution as e:
       passed_over.append({"fraction": fraction, **e.details})
       ctx.log(f"passing over neg_prefix_fraction={fraction:g}: {e}")
       continue
@@ -168,7 +174,7 @@ def passed_over_text(p: dict) -> str:
 def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
   figure."""
-  model = shared.Model(cfg)
+  model = patterning_parens_base.Model(cfg)
   if cfg.total_variations and cfg.neg_prefix_fraction is not None:
     sweep, sweep_histories = [], {}
   else:
@@ -180,17 +186,20 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     f"continuing at neg_prefix_fraction={fraction:g} ({chosen_by}; base rate in 25-75%: {in_range})"
   )
   if fraction not in sweep_histories:  # a given share that was not swept
-    sweep_histories[fraction] = shared.train_weighted(
+    sweep_histories[fraction] = patterning_parens_base.train_weighted(
       cfg, model, data, np.ones(cfg.n), "unweighted", ctx
     ).history
   ids, names = parens.groups(data["train"]["tokens"])
-  pat = ctx.stage("patterning", lambda: llc_design.analysis(cfg, model, data, refs, ids, names))
+  pat = ctx.stage(
+    "patterning", lambda: patterning_parens_llc.analysis(cfg, model, data, refs, ids, names)
+  )
   histories = {"unweighted": sweep_histories[fraction]}
-  for name in llc_design.REWEIGHTINGS:
+  for name in patterning_parens_llc.REWEIGHTINGS:
     weights = patterning.sample_weights(pat["reweightings"][name]["group_distribution"], ids)
-    histories[name] = shared.train_weighted(cfg, model, data, weights, name, ctx).history
-  outcomes = {c: shared.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
-  per_chain = pat["measured_llc_per_chain"]
+    histories[name] = patterning_parens_base.train_weighted(
+      cfg, model, data, weights, name, ctx
+    ).history
+  outcomes = {c: patterning_parens_base.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
   summary = {
     "design": "llc",
     "nbeta": cfg.nbeta,
@@ -200,16 +209,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "neg_prefix_fraction_chosen_by": chosen_by,
     "base_rate_in_25_75": in_range,
     "shares_passed_over": passed_over,
-    "reference_solutions": {
-      a: {
-        **r,
-        "llc": np.mean(per_chain[a]["unweighted"]),
-        "llc_sd_over_chains": np.std(per_chain[a]["unweighted"]),
-        "llc_from_susceptibility_run": pat["responses"][a]["llc"],
-        "llc_rhat": pat["llc_mixing"][a]["unweighted"]["rhat"],
-      }
-      for a, r in shared.refs_summary(refs).items()
-    },
+    "reference_solutions": reference_summary(pat, refs),
     "chi_mixing": {a: chi_mixing(pat["responses"][a], cfg.sgld.num_chains) for a in refs},
     "llc_response_parts": {
       a: {
@@ -226,15 +226,18 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "predicted_vs_measured": pat["comparison"],
     "conditions": outcomes,
     "fisher_p_vs_unweighted": {
-      c: {a: llc_design.fisher_p(outcomes[c], outcomes["unweighted"], a) for a in parens.ALGORITHMS}
-      for c in llc_design.REWEIGHTINGS
+      c: {
+        a: patterning_parens_llc.fisher_p(outcomes[c], outcomes["unweighted"], a)
+        for a in parens.ALGORITHMS
+      }
+      for c in patterning_parens_llc.REWEIGHTINGS
     },
-    "wilcoxon_p_vs_unweighted": shared.wilcoxon_vs_unweighted(outcomes),
+    "wilcoxon_p_vs_unweighted": patterning_parens_base.wilcoxon_vs_unweighted(outcomes),
   }
   return frame.Outputs(
     summary,
     figures=lambda folder: [
-      llc_design.plot(sweep, pat, outcomes, os.path.join(folder, "patterning_parens.png"))
+      plot(sweep, pat, outcomes, os.path.join(folder, "patterning_parens.png"))
     ],
     captions={
       "patterning_parens.png": "1: the share of seeds that learn counts (line) and each seed's "
@@ -246,12 +249,30 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   )
 
 
+def reference_summary(pat: dict, refs: dict) -> dict:
+  """Each forced reference solution's accuracies with its unweighted LLC from the analysis ``pat``
+  (mean and spread over chains, R-hat) and the LLC of its susceptibility run."""
+  per_chain = pat["measured_llc_per_chain"]
+  return {
+    a: {
+      **r,
+      "llc": np.mean(per_chain[a]["unweighted"]),
+      "llc_sd_over_chains": np.std(per_chain[a]["unweighted"]),
+      "llc_from_susceptibility_run": pat["responses"][a]["llc"],
+      "llc_rhat": pat["llc_mixing"][a]["unweighted"]["rhat"],
+    }
+    for a, r in patterning_parens_base.refs_summary(refs).items()
+  }
+
+
 def reexamination(cfg: Config, model, data, refs, fraction, ctx) -> frame.Outputs:
-  """The prediction re-examined (:func:`~mechjax.studies.patterning_parens_llc.reexamine`) at
-  ``--total_variations`` and this run's SGLD settings, without retraining."""
+  """The prediction re-examined
+  (:func:`~mechjax.studies.patterning.patterning_parens_llc.reexamine`) at ``--total_variations``
+  and this run's SGLD settings, without retraining."""
   ids, names = parens.groups(data["train"]["tokens"])
   pat = ctx.stage(
-    "reexamination", lambda: llc_design.reexamine(cfg, model, data, refs, ids, names, ctx)
+    "reexamination",
+    lambda: patterning_parens_llc.reexamine(cfg, model, data, refs, ids, names, ctx),
   )
   chains = cfg.sgld.num_chains
   chi = {a: {"llc": r["llc"], **chi_mixing(r, chains)} for a, r in pat["responses"].items()}
@@ -282,6 +303,62 @@ def chi_text(c: dict) -> str:
     f"χ of the LLC: R̂ ≤ {c['rhat_max']:.3f}, batch-means ESS ≥ {c['ess_min']:.0f}, "
     f"{c['share_failing']:.0%} of the probes fail R̂ ≤ 1.01 or ESS ≥ 100 per chain"
   )
+
+
+def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
+  """Four panels: the base-rate sweep; each group's LLC response at both references (from the
+  analysis ``pat``); predicted against measured ``Δλ``; and what every condition's seeds learned."""
+  fig, axes = plotting.plt.subplots(1, 4, figsize=(21, 4.8), width_ratios=[0.9, 1.6, 1.0, 1.0])
+  ax = axes[0]
+  fractions, shares = [row["fraction"] for row in sweep], [row["counts_share"] for row in sweep]
+  ax.plot(fractions, shares, "o-", color="C2", label="seeds learning counts")
+  for row in sweep:
+    rates = np.asarray(row["counts_rate"], float)
+    ax.scatter(np.full(rates.size, row["fraction"]), rates, s=8, color="gray", alpha=0.5)
+  ax.axhspan(0.25, 0.75, color="C0", alpha=0.08, label="target base rate 25–75%")
+  ax.set_ylim(-0.03, 1.03)
+  ylabel, xlabel = (
+    "counts share (line) / counts rate (dots)",
+    "share of negatives with a negative prefix",
+  )
+  plotting.label_panel(ax, "base-rate sweep, unweighted", ylabel, xlabel)
+
+  ax, names, responses = axes[1], pat["group_names"], pat["responses"]
+  x = np.arange(len(names))
+  for i, a in enumerate(parens.ALGORITHMS):
+    r, label = responses[a], f"dλ/dh at the {a} solution (λ = {responses[a]['llc']:.1f})"
+    yerr, color = 2 * np.asarray(r["dllc_implicit_se"]), patterning_parens_base.COLORS[a]
+    ax.bar(
+      x + (i - 0.5) * 0.4, r["dllc_total"], 0.4, yerr=yerr, capsize=1.5, color=color, label=label
+    )
+  ax.axhline(0, color="black", lw=0.6)
+  ax.set_xticks(x, names, rotation=90, fontsize=6)
+  title = "the LLC's response to each group of training strings"
+  plotting.label_panel(ax, title, "dλ/dh_group  (implicit + explicit, ±2 s.e.)", grid="y")
+
+  ax = axes[2]
+  for k, (name, row) in enumerate(pat["comparison"].items()):
+    for j, a in enumerate(parens.ALGORITHMS):
+      r = row[f"dllc_{a}"]
+      label = f"{name.replace('_', ' ')}: λ_{a}"
+      yerr = 2 * r["se"]
+      ax.errorbar(r["predicted"], r["measured"], yerr, fmt="o^"[j], color=f"C{k}", label=label)
+  lims = np.array(ax.get_xlim() + ax.get_ylim())
+  ax.plot([lims.min(), lims.max()], [lims.min(), lims.max()], color="black", lw=0.6, ls="--")
+  title, xlabel = "the prediction, checked before retraining", "predicted Δλ (linear response)"
+  plotting.label_panel(ax, title, "measured Δλ (re-estimated, ±2 s.e.)", xlabel, legend=6)
+
+  ax, x = axes[3], np.arange(len(outcomes))
+  bottom = np.zeros(len(outcomes))
+  for outcome in patterning_parens_base.OUTCOMES:
+    v = np.array([o["selected"][outcome] for o in outcomes.values()], float)
+    ax.bar(x, v, bottom=bottom, color=patterning_parens_base.COLORS[outcome], label=outcome)
+    bottom += v
+  ax.set_xticks(x, [c.replace("_", "\n") for c in outcomes], fontsize=8)
+  ax.set_ylim(0, 1.3 * max(bottom.max(), 1))
+  plotting.label_panel(ax, "what the retrained seeds learned", "seeds", grid="", legend=None)
+  ax.legend(fontsize=7, loc="upper center", ncol=3)
+  return plotting.save(fig, path)
 
 
 def report(summary: dict) -> list[str]:

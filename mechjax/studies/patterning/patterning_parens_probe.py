@@ -1,6 +1,6 @@
 """Patterning on parenthesis balancing, the earlier design: a behavioural probe loss targeted at one
 posterior, not the LLC of each solution. The task, the counts rate and how a seed's algorithm is
-counted: :mod:`mechjax.studies.patterning_parens_base`.
+counted: :mod:`mechjax.studies.patterning.patterning_parens_base`.
 
 Susceptibilities are estimated at the unweighted seed 0's checkpoint ``chi_step``
 (:func:`mechjax.slt.susceptibility.estimate_susceptibilities`), with per-sample probes drawn from
@@ -14,10 +14,10 @@ between the two reference solutions, ``∓(φ_counts(w_prefix) − φ_counts(w_c
 
 This asks a local linear response for a jump between two solutions, far outside its linear regime,
 and it drops the LLC observable that the patterning mechanism works through;
-:mod:`mechjax.studies.patterning_parens` targets each solution's LLC instead. The seeds retrained
-toward each algorithm are paired with the unweighted ones (Wilcoxon's signed-rank test on the counts
-rates). Outputs: ``metrics.jsonl``, ``patterning.json`` (reused on resume), ``summary.json`` and
-``figures/patterning_parens.png``.
+:mod:`mechjax.studies.patterning.patterning_parens` targets each solution's LLC instead. The seeds
+retrained toward each algorithm are paired with the unweighted ones (Wilcoxon's signed-rank test on
+the counts rates). Outputs: ``metrics.jsonl``, ``patterning.json`` (reused on resume),
+``summary.json`` and ``figures/patterning_parens.png``.
 """
 
 from __future__ import annotations
@@ -39,15 +39,16 @@ from mechjax.slt import mixing
 from mechjax.slt import patterning
 from mechjax.slt import susceptibility as sus
 from mechjax.studies import frame
-from mechjax.studies import patterning_parens_base as shared
+from mechjax.studies.patterning import patterning_parens_base
 
 NAME = "patterning_parens_probe"
 TARGETS = ("gap", "reference")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(shared.ParensSettings):
-  """The settings of :class:`~mechjax.studies.patterning_parens_base.ParensSettings` and these."""
+class Config(patterning_parens_base.ParensSettings):
+  """The settings of :class:`~mechjax.studies.patterning.patterning_parens_base.ParensSettings`
+  and these."""
 
   neg_prefix_fraction: float | None = config.setting(
     None,
@@ -79,7 +80,7 @@ def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict,
   probes (group ``ids``, group ``names``), group responses, and the simplex re-weighting toward each
   reference solution (whose ``phi_counts`` set the targets)."""
   num_groups = len(names)
-  chosen = shared.group_probes(cfg, ids, num_groups)
+  chosen = patterning_parens_base.group_probes(cfg, ids, num_groups)
   train, test = jax.tree.map(jnp.asarray, (data["train"], data["test"]))
   res = sus.estimate_susceptibilities(
     model.per_sample_loss,
@@ -131,10 +132,10 @@ def compute_patterning(cfg: Config, model, data: dict, w_star, references: dict,
 def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Runs every stage (each resumes from what the workdir holds) and writes summary.json and the
   figure."""
-  model = shared.Model(cfg)
-  data = shared.make_data(cfg, cfg.neg_prefix_fraction)
+  model = patterning_parens_base.Model(cfg)
+  data = patterning_parens_base.make_data(cfg, cfg.neg_prefix_fraction)
   with ctx.timed("references"):
-    refs = shared.reference_solutions(cfg, model, data, ctx)
+    refs = patterning_parens_base.reference_solutions(cfg, model, data, ctx)
     for r in refs.values():  # each one's LLC on the training set alone, where both are perfect
       est = llc_lib.estimate_llc(
         langevin.MeanLoss(model.per_sample_loss),
@@ -146,7 +147,9 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       )
       r["llc_mean"], r["llc_sd_over_chains"] = est.llc_mean, np.std(est.llc_per_chain)
       r["llc_rhat"], r["llc_ess_bulk"] = est.diagnostics["rhat"], est.diagnostics["ess_bulk"]
-  unweighted = shared.train_weighted(cfg, model, data, np.ones(cfg.n), "unweighted", ctx)
+  unweighted = patterning_parens_base.train_weighted(
+    cfg, model, data, np.ones(cfg.n), "unweighted", ctx
+  )
   ids, names = parens.groups(data["train"]["tokens"])
 
   def patterning_stage():  # the checkpoint is restored only when the stage is computed
@@ -158,21 +161,21 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   for a in parens.ALGORITHMS:
     weights = patterning.sample_weights(pat["targets"][a]["group_distribution"], ids)
     # Checkpointed at the end only: no susceptibility is estimated on these runs.
-    result = shared.train_weighted(
+    result = patterning_parens_base.train_weighted(
       cfg, model, data, weights, f"toward_{a}", ctx, checkpoint_every=cfg.run.steps
     )
     histories[f"toward_{a}"] = result.history
-  outcomes = {c: shared.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
+  outcomes = {c: patterning_parens_base.seed_outcomes(cfg, h[-1]) for c, h in histories.items()}
   summary = {
     "design": "probe",
     "nbeta": cfg.nbeta,
     "chi_step": cfg.chi_step,
-    "reference_solutions": shared.refs_summary(refs),
+    "reference_solutions": patterning_parens_base.refs_summary(refs),
     "patterning": {
       k: pat[k] for k in ("llc_at_w_star", "chi_mixing", "posterior_mean_phi", "targets")
     },
     "conditions": outcomes,
-    "wilcoxon_p_vs_unweighted": shared.wilcoxon_vs_unweighted(outcomes),
+    "wilcoxon_p_vs_unweighted": patterning_parens_base.wilcoxon_vs_unweighted(outcomes),
   }
   return frame.Outputs(
     summary,
@@ -230,7 +233,9 @@ def plot(cfg: Config, pat: dict, histories: dict, refs: dict, path: str) -> str:
     target = pat["targets"][a]
     change = np.asarray(target["group_distribution"]) - np.asarray(pat["base"])
     label = f"toward {a} (TV {target['total_variation']:.3f})"
-    ax.bar(x + (i - 0.5) * 0.4, change[order], 0.4, label=label, color=shared.COLORS[a])
+    ax.bar(
+      x + (i - 0.5) * 0.4, change[order], 0.4, label=label, color=patterning_parens_base.COLORS[a]
+    )
   ax.axhline(0, color="black", lw=0.6)
   ax.set_xticks(x, names, rotation=90, fontsize=6)
   title = "re-weighting (same group order)"

@@ -1,4 +1,4 @@
-"""The LLC analysis of :mod:`mechjax.studies.patterning_parens`, before any retraining:
+"""The LLC analysis of :mod:`mechjax.studies.patterning.patterning_parens`, before any retraining:
 
 1. **The LLC's response.** At each reference solution ``w*_A`` (a model forced to algorithm ``A``)
    SGLD samples the localised posterior of the training set
@@ -25,14 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.stats
 
-from mechjax import plotting
 from mechjax import rng
 from mechjax.data import parens
 from mechjax.slt import langevin
 from mechjax.slt import llc as llc_lib
 from mechjax.slt import patterning
 from mechjax.slt import susceptibility as sus
-from mechjax.studies import patterning_parens_base as shared
+from mechjax.studies.patterning import patterning_parens_base
 
 REWEIGHTINGS = ("toward_counts", "toward_prefix", "random")
 
@@ -46,7 +45,7 @@ def analysis(cfg, model, data: dict, references: dict, ids: np.ndarray, names: l
   ``patterning.json``."""
   num_groups = len(names)
   base = np.bincount(ids, minlength=num_groups) / len(ids)
-  chosen = shared.group_probes(cfg, ids, num_groups)
+  chosen = patterning_parens_base.group_probes(cfg, ids, num_groups)
   responses = llc_responses(cfg, model, data, references, ids[chosen], chosen, num_groups)
   reweightings = targets(responses, base, cfg.llc_margin, cfg.ridge)
   tv = max(r["total_variation"] for r in reweightings.values())
@@ -203,7 +202,7 @@ def reexamine(cfg, model, data: dict, references: dict, ids, names: list, ctx) -
   simplex is clipped to it and renormalised, and its prediction is that of the ``dp`` measured."""
   num_groups = len(names)
   base = np.bincount(ids, minlength=num_groups) / len(ids)
-  chosen = shared.group_probes(cfg, ids, num_groups)
+  chosen = patterning_parens_base.group_probes(cfg, ids, num_groups)
   own = dataclasses.replace(cfg, sgld=study_sgld(cfg))
   respond = lambda c, held_out: llc_responses(  # noqa: E731
     c, model, data, references, ids[chosen], chosen, num_groups, held_out
@@ -271,59 +270,3 @@ def fisher_p(condition: dict, unweighted: dict, algorithm: str) -> float:
   m = sum(unweighted["selected"].values())
   a, b = condition["selected"][algorithm], unweighted["selected"][algorithm]
   return scipy.stats.fisher_exact([[a, n - a], [b, m - b]]).pvalue
-
-
-def plot(sweep: list, pat: dict, outcomes: dict, path: str) -> str:
-  """Four panels: the base-rate sweep; each group's LLC response at both references (from the
-  analysis ``pat``); predicted against measured ``Δλ``; and what every condition's seeds learned."""
-  fig, axes = plotting.plt.subplots(1, 4, figsize=(21, 4.8), width_ratios=[0.9, 1.6, 1.0, 1.0])
-  ax = axes[0]
-  fractions, shares = [row["fraction"] for row in sweep], [row["counts_share"] for row in sweep]
-  ax.plot(fractions, shares, "o-", color="C2", label="seeds learning counts")
-  for row in sweep:
-    rates = np.asarray(row["counts_rate"], float)
-    ax.scatter(np.full(rates.size, row["fraction"]), rates, s=8, color="gray", alpha=0.5)
-  ax.axhspan(0.25, 0.75, color="C0", alpha=0.08, label="target base rate 25–75%")
-  ax.set_ylim(-0.03, 1.03)
-  ylabel, xlabel = (
-    "counts share (line) / counts rate (dots)",
-    "share of negatives with a negative prefix",
-  )
-  plotting.label_panel(ax, "base-rate sweep, unweighted", ylabel, xlabel)
-
-  ax, names, responses = axes[1], pat["group_names"], pat["responses"]
-  x = np.arange(len(names))
-  for i, a in enumerate(parens.ALGORITHMS):
-    r, label = responses[a], f"dλ/dh at the {a} solution (λ = {responses[a]['llc']:.1f})"
-    yerr, color = 2 * np.asarray(r["dllc_implicit_se"]), shared.COLORS[a]
-    ax.bar(
-      x + (i - 0.5) * 0.4, r["dllc_total"], 0.4, yerr=yerr, capsize=1.5, color=color, label=label
-    )
-  ax.axhline(0, color="black", lw=0.6)
-  ax.set_xticks(x, names, rotation=90, fontsize=6)
-  title = "the LLC's response to each group of training strings"
-  plotting.label_panel(ax, title, "dλ/dh_group  (implicit + explicit, ±2 s.e.)", grid="y")
-
-  ax = axes[2]
-  for k, (name, row) in enumerate(pat["comparison"].items()):
-    for j, a in enumerate(parens.ALGORITHMS):
-      r = row[f"dllc_{a}"]
-      label = f"{name.replace('_', ' ')}: λ_{a}"
-      yerr = 2 * r["se"]
-      ax.errorbar(r["predicted"], r["measured"], yerr, fmt="o^"[j], color=f"C{k}", label=label)
-  lims = np.array(ax.get_xlim() + ax.get_ylim())
-  ax.plot([lims.min(), lims.max()], [lims.min(), lims.max()], color="black", lw=0.6, ls="--")
-  title, xlabel = "the prediction, checked before retraining", "predicted Δλ (linear response)"
-  plotting.label_panel(ax, title, "measured Δλ (re-estimated, ±2 s.e.)", xlabel, legend=6)
-
-  ax, x = axes[3], np.arange(len(outcomes))
-  bottom = np.zeros(len(outcomes))
-  for outcome in shared.OUTCOMES:
-    v = np.array([o["selected"][outcome] for o in outcomes.values()], float)
-    ax.bar(x, v, bottom=bottom, color=shared.COLORS[outcome], label=outcome)
-    bottom += v
-  ax.set_xticks(x, [c.replace("_", "\n") for c in outcomes], fontsize=8)
-  ax.set_ylim(0, 1.3 * max(bottom.max(), 1))
-  plotting.label_panel(ax, "what the retrained seeds learned", "seeds", grid="", legend=None)
-  ax.legend(fontsize=7, loc="upper center", ncol=3)
-  return plotting.save(fig, path)
