@@ -8,8 +8,8 @@ nothing but timings"::
 
 Run from the repository root (any folder works: the script puts its own checkout first on
 ``sys.path``). The first form runs each study of ``mechjax/studies/`` that exports a ``STUDY`` at
-the tiny config below (the tests' configs: tests/studies/test_*.py,
-tests/pretrained/test_studies.py), ``module.STUDY.run(module.Config().replace(**tiny),
+its tiny config, the one its end-to-end test runs (the ``TINY_CONFIGS`` of the test modules,
+:func:`tests.helpers.tiny_configs`), ``module.STUDY.run(module.Config().replace(**tiny),
 OUT_DIR/<study>, progress=False)``, each in a process of its own started from this script (the
 hidden ``--one=NAME OUT_DIR``) so that the studies cannot affect one another; a study whose
 ``STUDY.cpu_cores_as_devices`` is set makes every CPU core a JAX device first, as the command line
@@ -27,7 +27,7 @@ environment. It writes
   token corpus and a rotated checkpoint, made as tests/pretrained/test_studies.py makes them).
 
 It prints each study's wall time and the total, and exits 1 if any study failed (2 if a study
-module with a ``run`` has no tiny config here, or a tiny config names no study). The studies run
+module with a ``STUDY`` has no tiny config, or a tiny config names no study). The studies run
 with OUT_DIR as their working directory and get their inputs as relative paths
 (``_inputs/pretrained_polymorphism/llama_gqa``), so the paths that pretrained_polymorphism records
 in its summary (``models.a.directory``) are the same in every OUT_DIR and every checkout.
@@ -66,93 +66,14 @@ INPUTS = "_inputs"  # under OUT_DIR; the studies' working directory is OUT_DIR
 # Keys dropped at any depth: wall-clock timings (see the module docstring).
 TIMING_KEYS = frozenset({"seconds"})
 
-# The tests' tiny configs (flat setting names, as Config().replace takes them): the dicts the test
-# modules define are read from them (tiny_configs); the rest are the tests' flags or inline configs.
-# tests/studies/test_polymorphism.py: TINY (the command line's flags) with --optimizer=sgd.
-POLYMORPHISM = dict(
-  optimizer=("sgd",),
-  length=16,
-  max_depth=4,
-  d_model=16,
-  num_heads=2,
-  d_mlp=32,
-  num_seeds=2,
-  fit_sequences=16,
-  eval_sequences=16,
-  sae_latents=32,
-  sae_top_k=4,
-  sae_steps=20,
-  num_null=59,
-  steps=20,
-  log_every=20,
-  checkpoint_every=20,
-)
-# tests/pretrained/test_studies.py: the end-to-end configs; the checkpoint and corpus paths are
-# added by pretrained_inputs.
-PRETRAINED_LLC = dict(
-  seq_len=8,
-  num_windows=64,
-  num_probes=2,
-  eval_size=32,
-  num_chains=2,
-  num_draws=10,
-  num_burnin=5,
-  batch_size=8,
-)
-PRETRAINED_POLYMORPHISM = dict(seq_len=8, fit_windows=16, held_windows=8, num_null=19)
-# tests/studies/test_tensor_similarity.py: the command lines' flags.
-TENSOR_BACKDOOR = dict(
-  hidden=16,
-  steps=100,
-  checkpoint_every=100,
-  log_every=50,
-  poison_steps=40,
-  poison_checkpoint_every=10,
-  poison_fraction=0.5,
-  learning_rate=0.01,
-  num_seeds=1,
-)
-TENSOR_GROKKING = dict(
-  p=7,
-  hidden=8,
-  num_seeds=1,
-  steps=64,
-  num_checkpoints=4,
-  log_every=32,
-  batch_size=16,
-  learning_rate=0.01,
-  weight_decays=(0.01, 3.0),
-)
-
 
 def tiny_configs() -> dict[str, dict]:
-  """Every study's tiny config, by study name; those that a test module defines as a dict come from
-  it (imported here, not copied), with the changes its end-to-end test makes."""
+  """Every study's tiny config, by study name: the ``TINY_CONFIGS`` that the test modules define,
+  each the config of that module's end-to-end test (``tests.helpers.tiny_configs``)."""
   sys.path.insert(0, ROOT)
-  from tests.studies import test_fourier_phase
-  from tests.studies import test_llc_dynamics
-  from tests.studies import test_patterning_induction
-  from tests.studies import test_patterning_parens
-  from tests.studies import test_template
+  from tests import helpers
 
-  parens = test_patterning_parens.TINY_PARENS
-  return {
-    "fourier_phase": dict(test_fourier_phase.TINY, num_spikes=2),
-    "llc_dynamics": test_llc_dynamics.TINY,
-    "patterning_induction": dict(
-      test_patterning_induction.TINY_INDUCTION, conditions=("unweighted", "promote")
-    ),
-    "patterning_parens": parens,
-    "patterning_parens_probe": dict(
-      {k: v for k, v in parens.items() if k != "base_rate_fractions"}, chi_step=10
-    ),
-    "polymorphism": POLYMORPHISM,
-    "pretrained_llc": PRETRAINED_LLC,
-    "pretrained_polymorphism": PRETRAINED_POLYMORPHISM,
-    "tensor_similarity_backdoor": TENSOR_BACKDOOR,
-    "tensor_similarity_grokking": TENSOR_GROKKING,
-    "template": dict(test_template.TINY, eval_samples=256),
-  }
+  return helpers.tiny_configs()
 
 
 def study_modules() -> list[str]:

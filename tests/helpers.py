@@ -1,5 +1,5 @@
-"""What several test modules share: the repository root, running a module as a user would, and a
-sampler accumulator that keeps the running mean of the draws."""
+"""What several test modules share: the repository root, running a module as a user would, the
+studies' tiny configs, and a sampler accumulator that keeps the running mean of the draws."""
 
 import dataclasses
 import os
@@ -29,6 +29,52 @@ def run_module(
     timeout=timeout,
     **kwargs,
   )
+
+
+def compile_setting() -> dict[str, str]:
+  """The suite's compile setting (``JAX_DISABLE_MOST_OPTIMIZATIONS``, set by tests/conftest.py), for
+  a subprocess that is otherwise given an environment of its own."""
+  name = "JAX_DISABLE_MOST_OPTIMIZATIONS"
+  return {name: os.environ[name]} if name in os.environ else {}
+
+
+def as_flags(settings: dict) -> list[str]:
+  """``{"steps": 20, "alpha": (0.0, 2.0)}`` as the command line takes it: ``["--steps=20",
+  "--alpha=0.0,2.0"]``."""
+  out = []
+  for name, value in settings.items():
+    text = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+    out.append(f"--{name}={text}")
+  return out
+
+
+def tiny_configs() -> dict[str, dict]:
+  """Every study's tiny config, ``{study name: settings for Config().replace}``: the
+  ``TINY_CONFIGS`` that test modules define (each the config that module's end-to-end test of the
+  study runs), found by reading ``tests/`` and imported. A study named twice is an error.
+  ``.ci/tiny_summaries.py`` runs them; tests/studies/test_frame.py checks that every study has
+  one."""
+  import ast
+  import importlib
+
+  out, where = {}, {}
+  for folder, _, files in sorted(os.walk(os.path.join(ROOT, "tests"))):
+    for file in sorted(f for f in files if f.startswith("test_") and f.endswith(".py")):
+      path = os.path.join(folder, file)
+      with open(path) as f:
+        tree = ast.parse(f.read(), path)
+      if not any(
+        isinstance(n, ast.Assign)
+        and any(getattr(t, "id", None) == "TINY_CONFIGS" for t in n.targets)
+        for n in tree.body
+      ):
+        continue
+      module = os.path.relpath(path, ROOT)[: -len(".py")].replace(os.sep, ".")
+      for name, settings in importlib.import_module(module).TINY_CONFIGS.items():
+        if name in out:
+          raise ValueError(f"{name}'s tiny config is in both {where[name]} and {module}")
+        out[name], where[name] = dict(settings), module
+  return out
 
 
 def check_report(workdir, captioned: bool = True) -> list[str]:

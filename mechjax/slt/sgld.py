@@ -32,24 +32,40 @@ from mechjax import sharding as sharding_lib
 from mechjax.slt import placement
 from mechjax.slt import stream
 from mechjax.slt.chain import chain_keys
-
-# Kept importable from here, where earlier docs named them; each lives in the module of its job.
-from mechjax.slt.chain import sample_chain  # noqa: F401, E402
+from mechjax.slt.chain import sample_chain
 from mechjax.slt.inputs import Streamed
 from mechjax.slt.inputs import check_params
 from mechjax.slt.inputs import resolve_data
-from mechjax.slt.langevin import MeanLoss  # noqa: F401, E402
-from mechjax.slt.langevin import langevin_step  # noqa: F401, E402
-from mechjax.slt.langevin import log_proposal  # noqa: F401, E402
-from mechjax.slt.langevin import mala_acceptance  # noqa: F401, E402
-from mechjax.slt.langevin import potential_and_grad  # noqa: F401, E402
-from mechjax.slt.langevin import rmsprop_preconditioner  # noqa: F401, E402
+from mechjax.slt.langevin import MeanLoss
+from mechjax.slt.langevin import langevin_step
+from mechjax.slt.langevin import log_proposal
+from mechjax.slt.langevin import mala_acceptance
+from mechjax.slt.langevin import potential_and_grad
+from mechjax.slt.langevin import rmsprop_preconditioner
 from mechjax.slt.params import mask_support
-from mechjax.slt.placement import over_chains_on_devices  # noqa: F401, E402
-from mechjax.slt.placement import per_sample_star_losses  # noqa: F401, E402
+from mechjax.slt.placement import over_chains_on_devices
+from mechjax.slt.placement import per_sample_star_losses
 from mechjax.slt.settings import SGLDSettings
-from mechjax.slt.settings import default_nbeta  # noqa: F401, E402
-from mechjax.slt.settings import settings_from  # noqa: F401, E402
+from mechjax.slt.settings import default_nbeta
+from mechjax.slt.settings import settings_from
+
+__all__ = [
+  "chains_memory",
+  "sample_chains",
+  "sample_points",
+  # Kept importable from here, where earlier docs named them; each lives in the module of its job.
+  "MeanLoss",
+  "default_nbeta",
+  "langevin_step",
+  "log_proposal",
+  "mala_acceptance",
+  "over_chains_on_devices",
+  "per_sample_star_losses",
+  "potential_and_grad",
+  "rmsprop_preconditioner",
+  "sample_chain",
+  "settings_from",
+]
 
 
 def sample_chains(

@@ -54,6 +54,23 @@ def planted_pair(tmp_path, q=None):
   return os.path.join(HERE, "llama_gqa"), str(tmp_path / "rotated"), q
 
 
+# The end-to-end runs' settings besides the checkpoints and the corpus (.ci/tiny_summaries.py runs
+# them too, on the same checkpoints and a corpus made the same way).
+TINY_CONFIGS = {
+  "pretrained_polymorphism": dict(seq_len=8, fit_windows=16, held_windows=8, num_null=19),
+  "pretrained_llc": dict(
+    seq_len=8,
+    num_windows=64,
+    num_probes=2,
+    eval_size=32,
+    num_chains=2,
+    num_draws=10,
+    num_burnin=5,
+    batch_size=8,
+  ),
+}
+
+
 @pytest.mark.slow
 def test_pretrained_polymorphism_recovers_a_planted_rotation_end_to_end(tmp_path):
   model_a, model_b, q = planted_pair(tmp_path)
@@ -61,10 +78,7 @@ def test_pretrained_polymorphism_recovers_a_planted_rotation_end_to_end(tmp_path
     model_a=model_a,
     model_b=model_b,
     corpus=corpus(tmp_path),
-    seq_len=8,
-    fit_windows=16,
-    held_windows=8,
-    num_null=19,
+    **TINY_CONFIGS["pretrained_polymorphism"],
   )
   summary = pretrained_polymorphism.run(cfg, tmp_path / "run", progress=False)
   sites = ["resid_pre_0", "resid_mid_0", "resid_post_0", "resid_mid_1", "resid_post_1"]
@@ -122,14 +136,7 @@ def test_pretrained_llc_end_to_end_and_rerun(tmp_path):
   cfg = pretrained_llc.Config().replace(
     model=os.path.join(HERE, "gpt_neox"),
     corpus=corpus(tmp_path),
-    seq_len=8,
-    num_windows=64,
-    num_probes=2,
-    eval_size=32,
-    num_chains=2,
-    num_draws=10,
-    num_burnin=5,
-    batch_size=8,
+    **TINY_CONFIGS["pretrained_llc"],
   )
   summary = pretrained_llc.run(cfg, tmp_path / "run", progress=False)
   comps = summary["components"]

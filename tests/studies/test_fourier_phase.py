@@ -16,11 +16,15 @@ TINY = dict(
   num_seeds=2,
   eval_samples=64,
 )
+# The end-to-end run (.ci/tiny_summaries.py runs it too).
+TINY_CONFIGS = {"fourier_phase": dict(TINY, num_spikes=2)}
 
 
 @pytest.mark.slow
 def test_spikes_train_in_one_program_and_spike_zero_is_the_one_spike_run(tmp_path):
-  two = fp.run(fp.Config().replace(num_spikes=2, **TINY), tmp_path / "two", progress=False)
+  two = fp.run(
+    fp.Config().replace(**TINY_CONFIGS["fourier_phase"]), tmp_path / "two", progress=False
+  )
   # The one-spike run needs only the condition it is compared on.
   one_spike = fp.Config().replace(num_spikes=1, **{**TINY, "alpha": (2.0,)})
   one = fp.run(one_spike, tmp_path / "one", progress=False)

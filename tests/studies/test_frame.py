@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 from mechjax import config
+from mechjax import studies
 from mechjax.studies import frame
 from mechjax.studies.fourier import fourier_phase
 from mechjax.studies.workdir import WorkdirError
@@ -170,8 +171,6 @@ def test_a_real_study_from_python_obeys_the_same_contract(tmp_path):
 
 def study_modules() -> dict[str, object]:
   """Every module of mechjax/studies/ that exports a STUDY."""
-  from mechjax import studies
-
   return studies.all_studies()
 
 
@@ -194,3 +193,33 @@ def test_every_study_has_one_name_from_experiment_file_to_workdir():
   for name in experiments:
     source = pathlib.Path(folder, f"{name}.py").read_text()
     assert re.search(rf"cli\.experiment\({name}\.STUDY, __name__\)", source), name
+
+
+def test_studies_are_grouped_by_question_and_found_by_name():
+  """Every study but the template lives in a subpackage of mechjax.studies (its question), and its
+  one name finds it: studies.find, and ``from mechjax.studies import <name>``."""
+  modules = study_modules()
+  for name, module in modules.items():
+    depth = module.__name__.count(".")
+    assert depth == (2 if name == "template" else 3), module.__name__
+    assert studies.find(name) is module
+  from mechjax.studies import patterning_parens  # the facade, from mechjax/studies/patterning/
+
+  assert patterning_parens is modules["patterning_parens"]
+  assert patterning_parens.__name__ == "mechjax.studies.patterning.patterning_parens"
+  with pytest.raises(ValueError, match=r"no study module 'parens'.*'patterning_parens'"):
+    studies.find("parens")
+  with pytest.raises(ImportError):
+    from mechjax.studies import no_such_study  # noqa: F401
+
+
+def test_every_study_has_the_tiny_config_of_its_end_to_end_test():
+  """tests.helpers.tiny_configs (the TINY_CONFIGS of the test modules, which .ci/tiny_summaries.py
+  runs) names every study once, and each study's Config takes its tiny config."""
+  from tests.helpers import tiny_configs
+
+  modules, tiny = study_modules(), tiny_configs()
+  assert set(tiny) == set(modules)
+  for name, settings in tiny.items():
+    cfg = modules[name].Config().replace(**settings)
+    assert isinstance(cfg, modules[name].Config), name

@@ -27,6 +27,7 @@ TINY = dict(
   learning_rate=0.1,
   init_scale=0.1,
 )
+TINY_CONFIGS = {"llc_dynamics": TINY}  # the end-to-end run (.ci/tiny_summaries.py runs it too)
 
 
 def test_config_refuses_a_teacher_wider_than_the_network():

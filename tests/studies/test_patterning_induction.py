@@ -62,13 +62,16 @@ TINY_INDUCTION = dict(
   eval_size=8,
   batch_size=8,
 )
+# The end-to-end run, with two of the four conditions (each condition is one more compiled
+# training program; the suite's budget). .ci/tiny_summaries.py runs it too.
+TINY_CONFIGS = {
+  "patterning_induction": dict(TINY_INDUCTION, conditions=("unweighted", "promote")),
+}
 
 
 @pytest.mark.slow
 def test_induction_study_end_to_end_and_resume_reuses_the_susceptibilities(tmp_path, monkeypatch):
-  # Two of the four conditions (each condition is one more compiled training program; the suite's
-  # budget).
-  cfg = ind.Config().replace(**TINY_INDUCTION, conditions=("unweighted", "promote"))
+  cfg = ind.Config().replace(**TINY_CONFIGS["patterning_induction"])
   summary = ind.run(cfg, str(tmp_path), progress=False)
   assert set(summary["formation_step"]) == {"unweighted", "promote"}
   assert all(len(v) == 2 for v in summary["formation_step"].values())

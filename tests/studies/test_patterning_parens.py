@@ -142,6 +142,13 @@ TINY_PARENS = dict(
   reference_steps=200,
   perfect_accuracy=0.6,
 )
+# The end-to-end runs (.ci/tiny_summaries.py runs them too).
+TINY_CONFIGS = {
+  "patterning_parens": TINY_PARENS,
+  "patterning_parens_probe": dict(
+    {k: v for k, v in TINY_PARENS.items() if k != "base_rate_fractions"}, chi_step=10
+  ),
+}
 
 
 @pytest.mark.slow
@@ -398,8 +405,7 @@ def test_parens_probe_study_end_to_end_and_resume_reuses_the_patterning(tmp_path
     llc_mean=5.0, llc_per_chain=np.array([4.0, 6.0]), diagnostics={"rhat": 1.0, "ess_bulk": 400.0}
   )
   monkeypatch.setattr(ppp.llc_lib, "estimate_llc", lambda *a, **k: llc)
-  tiny = {k: v for k, v in TINY_PARENS.items() if k != "base_rate_fractions"}
-  cfg = ppp.Config().replace(**tiny, chi_step=10)
+  cfg = ppp.Config().replace(**TINY_CONFIGS["patterning_parens_probe"])
   summary = ppp.run(cfg, str(tmp_path), progress=False)
   assert list(summary["conditions"]) == ["unweighted", "toward_counts", "toward_prefix"]
   for o in summary["conditions"].values():

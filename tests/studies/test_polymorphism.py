@@ -17,6 +17,7 @@ from mechjax.models.transformer import rotate_residual
 from mechjax.studies.rotation import polymorphism
 from mechjax.studies.rotation import polymorphism_analysis as analysis_lib
 from mechjax.studies.rotation import polymorphism_report as report_lib
+from tests.helpers import as_flags
 from tests.helpers import check_report
 from tests.helpers import run_module
 
@@ -38,23 +39,26 @@ CFG = polymorphism.Config().replace(
 # The end-to-end run: as small as the pipeline allows (one chunk of training, one checkpoint, 16
 # sequences per batch). Its time is mostly compiling the training and analysis programs, which no
 # size below this makes cheaper.
-TINY = [
-  "--length=16",
-  "--max_depth=4",
-  "--d_model=16",
-  "--num_heads=2",
-  "--d_mlp=32",
-  "--num_seeds=2",
-  "--fit_sequences=16",
-  "--eval_sequences=16",
-  "--sae_latents=32",
-  "--sae_top_k=4",
-  "--sae_steps=20",
-  "--num_null=59",
-  "--steps=20",
-  "--log_every=20",
-  "--checkpoint_every=20",
-]
+TINY_CONFIGS = {
+  "polymorphism": dict(
+    optimizer=("sgd",),
+    length=16,
+    max_depth=4,
+    d_model=16,
+    num_heads=2,
+    d_mlp=32,
+    num_seeds=2,
+    fit_sequences=16,
+    eval_sequences=16,
+    sae_latents=32,
+    sae_top_k=4,
+    sae_steps=20,
+    num_null=59,
+    steps=20,
+    log_every=20,
+    checkpoint_every=20,
+  ),
+}
 
 
 def _signed_permutation(key, d):
@@ -140,7 +144,9 @@ def test_haar_tests_separate_a_haar_rotation_from_a_signed_permutation(planted):
 @pytest.mark.slow
 def test_experiment_writes_the_table_and_figures(tmp_path):
   wd = tmp_path / "poly"
-  r = run_module("experiments.polymorphism", *TINY, "--optimizer=sgd", f"--workdir={wd}")
+  r = run_module(
+    "experiments.polymorphism", *as_flags(TINY_CONFIGS["polymorphism"]), f"--workdir={wd}"
+  )
   assert r.returncode == 0, r.stderr
   for f in (
     "config.json",

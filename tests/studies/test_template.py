@@ -7,10 +7,12 @@ from mechjax.studies import template
 from tests.helpers import check_report
 
 TINY = dict(widths=(1, 8), steps=150, num_seeds=2, log_every=50, checkpoint_every=150)
+# The end-to-end run (.ci/tiny_summaries.py runs it too).
+TINY_CONFIGS = {"template": dict(TINY, eval_samples=256)}
 
 
 def test_the_template_trains_analyses_plots_and_reports(tmp_path):
-  cfg = template.Config().replace(**TINY, eval_samples=256)
+  cfg = template.Config().replace(**TINY_CONFIGS["template"])
   summary = template.run(cfg, tmp_path, progress=False)
   wide, narrow = summary["widths"]["8"], summary["widths"]["1"]
   assert wide["final_test_acc_mean"] > 0.85  # a linear teacher is easy for 8 ReLU units

@@ -9,25 +9,41 @@ import pytest
 
 from mechjax.studies.tensor_similarity import tensor_similarity_backdoor
 from mechjax.studies.tensor_similarity import tensor_similarity_grokking
+from tests.helpers import as_flags
 from tests.helpers import check_report
 from tests.helpers import run_module
+
+# The end-to-end runs (.ci/tiny_summaries.py runs them too).
+TINY_CONFIGS = {
+  "tensor_similarity_grokking": dict(
+    p=7,
+    hidden=8,
+    num_seeds=1,
+    steps=64,
+    num_checkpoints=4,
+    log_every=32,
+    batch_size=16,
+    learning_rate=0.01,
+    weight_decays=(0.01, 3.0),
+  ),
+  "tensor_similarity_backdoor": dict(
+    hidden=16,
+    steps=100,
+    checkpoint_every=100,
+    log_every=50,
+    poison_steps=40,
+    poison_checkpoint_every=10,
+    poison_fraction=0.5,
+    learning_rate=0.01,
+    num_seeds=1,
+  ),
+}
 
 
 @pytest.mark.slow
 def test_grokking_experiment_end_to_end(tmp_path):
   wd = tmp_path / "g"
-  args = [
-    "--p=7",
-    "--hidden=8",
-    "--num_seeds=1",
-    "--steps=64",
-    "--num_checkpoints=4",
-    "--log_every=32",
-    "--batch_size=16",
-    "--learning_rate=0.01",
-    "--weight_decays=0.01,3",
-    f"--workdir={wd}",
-  ]
+  args = [*as_flags(TINY_CONFIGS["tensor_similarity_grokking"]), f"--workdir={wd}"]
   r = run_module("experiments.tensor_similarity_grokking", *args)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "Pearson r with logit cosine" in r.stdout
@@ -60,15 +76,7 @@ def test_backdoor_experiment_end_to_end(tmp_path):
   wd = tmp_path / "b"
   r = run_module(
     "experiments.tensor_similarity_backdoor",
-    "--hidden=16",
-    "--steps=100",
-    "--checkpoint_every=100",
-    "--log_every=50",
-    "--poison_steps=40",
-    "--poison_checkpoint_every=10",
-    "--poison_fraction=0.5",
-    "--learning_rate=0.01",
-    "--num_seeds=1",
+    *as_flags(TINY_CONFIGS["tensor_similarity_backdoor"]),
     f"--workdir={wd}",
   )
   assert r.returncode == 0, r.stderr[-3000:]

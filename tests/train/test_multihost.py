@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from tests.helpers import ROOT
+from tests.helpers import compile_setting
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -52,7 +53,8 @@ def _free_port():
 
 def _run(n, workdir, steps, shard="shard"):
   port = str(_free_port())
-  env = {"PYTHONPATH": ROOT, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+  path = os.environ.get("PATH", "/usr/bin:/bin")
+  env = {"PYTHONPATH": ROOT, "PATH": path, **compile_setting()}
   procs = [
     subprocess.Popen(
       [sys.executable, "-c", SCRIPT, str(i), str(n), port, str(workdir), str(steps), shard],

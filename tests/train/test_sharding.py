@@ -11,6 +11,7 @@ import pytest
 
 from mechjax.train import distributed
 from tests.helpers import ROOT
+from tests.helpers import compile_setting
 
 SCRIPT = textwrap.dedent("""
     import json, sys, tempfile
@@ -70,7 +71,7 @@ def test_sharded_seeds_equal_the_unsharded_run():
     capture_output=True,
     text=True,
     timeout=300,
-    env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin"},
+    env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin", **compile_setting()},
   )
   assert done.returncode == 0, done.stderr[-3000:]
   out = json.loads(done.stdout.strip().splitlines()[-1])
