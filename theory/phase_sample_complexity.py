@@ -36,7 +36,7 @@ alpha = 0 every spike is the same problem up to a rotation), with its spread ove
 
     python -m theory.phase_sample_complexity  # N = 16..64, 8 spikes x 16 seeds
     python -m theory.phase_sample_complexity --dims=12,16,24,32 --num_spikes=4 \\
-        --max_tolerance=1.0                   # the fast version (the tests run its function)
+        --max_tolerance=1.0 --speedup_alphas=  # the fast version (.ci/run runs it)
 """
 
 import os

@@ -1,6 +1,7 @@
-"""Fast versions of the theory checks: theory/phase_sample_complexity.py (small N, few seeds, a
-wider allowed reach; its law check on planted laws) and theory/llc_closed_forms.py (its regular and
-w1·w2² cases, fewer chains or draws)."""
+"""Fast versions of the theory checks: theory/phase_sample_complexity.py (no recovery without a
+spike; its law check on planted laws; the law itself on simulated escapes is its fast version,
+which .ci/run runs) and theory/llc_closed_forms.py (its regular and w1·w2² cases, fewer chains or
+draws)."""
 
 import numpy as np
 import pytest
@@ -27,22 +28,6 @@ def _samples(beta, dims=DIMS, max_factor=40.0, num_spikes=4, num_seeds=16):
     assert r["samples"].shape == (num_spikes, num_seeds)
     out.append(r["samples"])
   return out
-
-
-@pytest.mark.slow
-@pytest.mark.compute_bound
-def test_weak_recovery_law_passes_and_an_injected_n2_fails():
-  """The fast version of theory/phase_sample_complexity.py: N <= 32 with 4 spikes x 16 seeds has
-  about twice the full check's bootstrap error (±0.8 against ±0.35), so the verdict allows a reach
-  of 1.0 (the full check: 0.5)."""
-  samples = _samples(beta=5.0)
-  check = weak_recovery.check_law(DIMS, samples, max_tolerance=1.0, num_resamples=500)
-  assert check["passed"], check
-  control = weak_recovery.check_law(
-    DIMS, weak_recovery.inject_exponent(DIMS, samples, 2.0), max_tolerance=1.0, num_resamples=500
-  )
-  assert not control["passed"] and not control["inconclusive"], control
-  assert control["exponent"] == pytest.approx(2.0)
 
 
 @pytest.mark.slow
