@@ -49,7 +49,6 @@ exactly, so a change in the last bit shows.
 
 from __future__ import annotations
 
-import ast
 import difflib
 import json
 import os
@@ -59,7 +58,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STUDIES_DIR = os.path.join(ROOT, "mechjax", "studies")
 CHECKPOINTS = os.path.join(ROOT, "tests", "pretrained", "checkpoints")
 INPUTS = "_inputs"  # under OUT_DIR; the studies' working directory is OUT_DIR
 
@@ -77,21 +75,12 @@ def tiny_configs() -> dict[str, dict]:
 
 
 def study_modules() -> list[str]:
-  """The modules under mechjax/studies/ (its subpackages included) that export a ``STUDY``, read,
-  not imported. A study's module name is its ``NAME`` (tests/studies/test_frame.py checks it)."""
-  names = []
-  for folder, _, files in sorted(os.walk(STUDIES_DIR)):
-    for file in sorted(files):
-      if not file.endswith(".py") or file.startswith("_"):
-        continue
-      with open(os.path.join(folder, file)) as f:
-        tree = ast.parse(f.read(), file)
-      if any(
-        isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "STUDY" for t in n.targets)
-        for n in tree.body
-      ):
-        names.append(file[:-3])
-  return sorted(names)
+  """The studies' names (:func:`mechjax.studies.all_studies`; a study's module name is its
+  ``NAME``, which tests/studies/test_frame.py checks)."""
+  sys.path.insert(0, ROOT)
+  from mechjax import studies
+
+  return sorted(studies.all_studies())
 
 
 def clean(tree):
