@@ -15,7 +15,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _CACHE = tempfile.mkdtemp(prefix="mechjax-test-jax-cache-")
   atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+  # Every program, however quickly it compiles: the tests' tiny programs compile in well under a
+  # second each, and the same ones recur across tests and the processes they start.
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 # The tests' shapes are tiny, so compiling is most of the suite's time, and two settings halve it
 # in every test and every process a test starts: XLA's optimizations are off, and the CPU backend

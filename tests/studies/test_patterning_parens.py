@@ -227,12 +227,13 @@ def test_parens_passes_over_a_share_whose_references_do_not_train(tmp_path, monk
   assert lines[2].startswith("  continued at 0.3 (sweep, rank 2"), lines
 
 
-def _two_trained_networks(tmp_path):
+@pytest.fixture(scope="module")
+def two_trained_networks(tmp_path_factory):
   """Two seeds of one short run, standing in for the two forced references (the pass-over test
-  trains those): the LLC analysis' inputs at share 0.5."""
+  trains those): the LLC analysis' inputs at share 0.5, trained once for the two tests below."""
   cfg = pp.Config().replace(**{**TINY_PARENS, "steps": 200, "sgld.mala": False})
   model, data = pb.Model(cfg), pb.make_data(cfg, 0.5)
-  ctx = frame.Context(str(tmp_path), False, cfg.run)
+  ctx = frame.Context(str(tmp_path_factory.mktemp("two")), False, cfg.run)
   trained = pb.train_weighted(cfg, model, data, np.ones(cfg.n), "two", ctx)
   refs = {a: {"params": trained.params_of(i)} for i, a in enumerate(parens.ALGORITHMS)}
   return cfg, model, data, refs, *parens.groups(data["train"]["tokens"])
@@ -240,11 +241,11 @@ def _two_trained_networks(tmp_path):
 
 @expect_unmixed
 @pytest.mark.slow
-def test_parens_llc_responses_and_the_reweightings_they_give(tmp_path):
+def test_parens_llc_responses_and_the_reweightings_they_give(two_trained_networks):
   """Each network's LLC responds to every group (finite, with standard errors); the re-weighting
   toward each algorithm moves the gap its way (by at most the margin, to first order); the random
   control moves as much."""
-  cfg, model, data, refs, ids, names = _two_trained_networks(tmp_path)
+  cfg, model, data, refs, ids, names = two_trained_networks
   chosen = pb.group_probes(cfg, ids, len(names))
   responses = pl.llc_responses(cfg, model, data, refs, ids[chosen], chosen, len(names))
   for r in responses.values():
@@ -263,11 +264,11 @@ def test_parens_llc_responses_and_the_reweightings_they_give(tmp_path):
 
 @expect_unmixed
 @pytest.mark.slow
-def test_parens_llcs_remeasured_under_a_reweighting_pair_their_chains(tmp_path):
+def test_parens_llcs_remeasured_under_a_reweighting_pair_their_chains(two_trained_networks):
   """Each network's LLC is re-measured under every re-weighting with the unweighted estimate's
   chains: re-weighting toward the training distribution itself changes nothing, chain by chain,
   and another moves it by a finite, paired amount."""
-  cfg, model, data, refs, ids, names = _two_trained_networks(tmp_path)
+  cfg, model, data, refs, ids, names = two_trained_networks
   base = np.bincount(ids) / len(ids)
   uniform = np.full(len(names), 1 / len(names))
   measured = pl.measure_llcs(cfg, model, data, refs, ids, {"base": base, "uniform": uniform})

@@ -364,11 +364,14 @@ def lm_losses(model: DecoderLM) -> tuple[Callable, Callable]:
   """``(loss_fn, per_sample_loss)`` for the SLT calls, on batches of token windows ``(B, T)``:
   ``loss_fn(params, tokens)`` is the mean next-token loss over the batch (for
   :func:`mechjax.slt.estimate_llc`), ``per_sample_loss(params, tokens)`` each window's mean,
-  ``(B,)`` (for :func:`mechjax.slt.estimate_susceptibilities`)."""
+  ``(B,)`` (for :func:`mechjax.slt.estimate_susceptibilities`). Both are jitted, so that a call
+  outside a compiled program (the loss at w*, say) runs as one program, not op by op."""
 
+  @jax.jit
   def per_sample_loss(params, tokens_BxT):
     return jnp.mean(next_token_losses(model, params, tokens_BxT), axis=-1)
 
+  @jax.jit
   def loss_fn(params, tokens_BxT):
     return jnp.mean(next_token_losses(model, params, tokens_BxT))
 
