@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from mechjax.slt import langevin
 from mechjax.slt import params as params_lib
 from mechjax.slt.inputs import is_sampler
+from mechjax.slt.restriction import Restriction
 from mechjax.slt.settings import SGLDSettings
 
 Params = Any
@@ -55,7 +56,10 @@ def chain_start(full_star, param_mask, support, accumulator, accumulator_data, p
   (:func:`mechjax.slt.params.sampled_part`), a zero preconditioner state and the accumulator's
   initial state, each put where ``place`` says (a :class:`Chain`'s ``constrain``, or the
   identity)."""
-  params_star = params_lib.sampled_part(full_star, param_mask, support)[0]
+  if isinstance(param_mask, Restriction):
+    params_star = param_mask.take(full_star)
+  else:
+    params_star = params_lib.sampled_part(full_star, param_mask, support)[0]
   v0 = place(jax.tree.map(jnp.zeros_like, params_star))
   acc0 = None if accumulator is None else place(accumulator.init(full_star, accumulator_data))
   return params_star, v0, acc0
@@ -70,7 +74,8 @@ class Chain:
     key: this chain's PRNG key.
     settings: the :class:`~mechjax.slt.settings.SGLDSettings`; ``nbeta`` must be set
       (:meth:`~mechjax.slt.settings.SGLDSettings.resolved`).
-    param_mask: a pytree like ``params_star`` of 0/1: coordinates with 0 stay at ``w*``.
+    param_mask: a pytree like ``params_star`` of 0/1: coordinates with 0 stay at ``w*``; or a
+      :class:`~mechjax.slt.restriction.Restriction`, whose boxes alone the chain carries.
     accumulator: an :class:`Accumulator`, or None.
     accumulator_data: passed to the accumulator's ``init`` and ``update``.
     data: what :meth:`run_steps` draws batches from when none are handed in: arrays with the
@@ -115,11 +120,18 @@ class Chain:
     self.loss_at_star, self.support = loss_at_star, support
     self.place = constrain if constrain is not None else (lambda tree: tree)
     self.place_batch = getattr(constrain, "batch", lambda tree: tree)
-    self.w_star, self.fixed, self.mask, self.noise_slots = params_lib.sampled_part(
-      params_star, param_mask, support
-    )
-    fixed = self.fixed
-    loss = lambda w, batch: loss_fn(params_lib.join_fixed(w, fixed), batch)  # noqa: E731
+    if isinstance(param_mask, Restriction):  # box-sized draws, written into w* for the loss
+      self.w_star = param_mask.take(params_star)
+      self.mask = jax.tree.map(lambda a: jnp.ones((), a.dtype), self.w_star)
+      self.join = functools.partial(param_mask.put, params_star)
+      self.noise = lambda k, w: param_mask.noise(k, params_star, settings.noise_impl)
+    else:
+      self.w_star, fixed, self.mask, slots = params_lib.sampled_part(
+        params_star, param_mask, support
+      )
+      self.join = lambda w: params_lib.join_fixed(w, fixed)
+      self.noise = lambda k, w: langevin.normal_noise(k, w, slots, settings.noise_impl)
+    loss = lambda w, batch: loss_fn(self.join(w), batch)  # noqa: E731
     self.potential = functools.partial(
       langevin.potential_and_grad, loss, w_star=self.w_star, mask=self.mask, nbeta=settings.nbeta,
       localization=settings.localization, microbatch=settings.microbatch_size,
@@ -164,7 +176,7 @@ class Chain:
     batch = self.place_batch(batch)
     u_w, loss, grad_u, loss_grad = self.potential(w, batch=batch)
     v, precond = langevin.rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
-    noise = self.place(langevin.normal_noise(k_noise, w, self.noise_slots, s.noise_impl))
+    noise = self.place(self.noise(k_noise, w))
     w_new, noise = langevin.langevin_step(w, grad_u, precond, noise, self.mask, eps)
     w_new, v = self.place(w_new), self.place(v)
     drift = jax.tree.map(lambda p, g: 0.5 * eps * p * s.nbeta * g, precond, loss_grad)
@@ -182,7 +194,7 @@ class Chain:
       "noise_norm": jnp.sqrt(langevin.tree_dot(noise, noise)),
     }
     if self.accumulator is not None:
-      full_w = params_lib.join_fixed(w, self.fixed)
+      full_w = self.join(w)
       acc = self.place(self.accumulator.update(acc, full_w, t, self.accumulator_data))
     if s.mala:
       out["acceptance"] = self._acceptance(t, u_w, w, w_new, grad_u, precond, batch)
@@ -251,7 +263,8 @@ def sample_chain(
     key: this chain's PRNG key.
     num_steps: steps to run (burn-in included).
     settings: the :class:`~mechjax.slt.settings.SGLDSettings`; ``nbeta`` must be set.
-    param_mask: a pytree like ``params_star`` of 0/1: coordinates with 0 stay at ``w*``.
+    param_mask: a pytree like ``params_star`` of 0/1: coordinates with 0 stay at ``w*``; or a
+      :class:`~mechjax.slt.restriction.Restriction` (see :class:`Chain`).
     accumulator: an :class:`Accumulator`, or None.
     accumulator_data: passed to the accumulator.
     star_losses: ``(n,)`` per-sample losses at ``w*`` of array ``data``, or None.

@@ -30,6 +30,7 @@ from jax.sharding import Mesh
 
 from mechjax import sharding as sharding_lib
 from mechjax.slt import placement
+from mechjax.slt import restriction as restriction_lib
 from mechjax.slt import stream
 from mechjax.slt.chain import chain_keys
 from mechjax.slt.chain import sample_chain
@@ -120,6 +121,7 @@ def sample_chains(
   settings = placement.with_chain_loop(settings, params_star)
   source = None if sampler is not None else data
   keys = chain_keys(key, settings.num_chains)
+  param_mask, support = _restricted(params_star, param_mask)
   if mesh is not None:
     mesh = sharding_lib.sampler_mesh(mesh, settings.num_chains)
     params_star, param_mask = sharding_lib.place((params_star, param_mask), mesh)
@@ -135,7 +137,7 @@ def sample_chains(
         dataclasses.replace(settings, num_chains=per),
         accumulator,
         layout,
-        mask_support(params_star, param_mask),
+        support,
         param_mask is not None,
       ),
       lambda program, part: program(
@@ -154,7 +156,7 @@ def sample_chains(
       layout,
       sampler,
       star_losses is not None,
-      mask_support(params_star, param_mask),
+      support,
     ),
     lambda program, part: program(
       params_star, source, keys[part], param_mask, accumulator_data, star_losses
@@ -225,6 +227,7 @@ def sample_points(
   flat_keys = jax.vmap(lambda k: chain_keys(k, c))(keys).reshape(num_points * c, *keys.shape[1:])
   points = jnp.repeat(jnp.arange(num_points), c)
   source = None if sampler is not None else data
+  param_mask, support = _restricted(point0, param_mask)
   if mesh is not None:
     mesh = sharding_lib.sampler_mesh(mesh, num_points * c)
     params_stack = sharding_lib.place(params_stack, mesh, lead=1)
@@ -238,7 +241,7 @@ def sample_points(
       layout,
       sampler,
       star_losses is not None,
-      mask_support(jax.tree.map(lambda a: a[0], params_stack), param_mask),
+      support,
     ),
     lambda program, part: program(
       params_stack, source, flat_keys[part], points[part], param_mask, star_losses
@@ -247,3 +250,13 @@ def sample_points(
     mesh=mesh,
   )
   return jax.tree.map(lambda a: a.reshape(num_points, c, *a.shape[1:]), traces)
+
+
+def _restricted(params_star, param_mask):
+  """``(param_mask, support)`` for the programs: a mask whose non-zero entries fill a box in each
+  leaf becomes a :class:`~mechjax.slt.restriction.Restriction` (the chains then carry the boxes
+  only); any other mask stays a mask, with the leaves it touches as its support."""
+  restricted = restriction_lib.from_mask(params_star, param_mask)
+  if restricted is not None:
+    return restricted, None
+  return param_mask, mask_support(params_star, param_mask)

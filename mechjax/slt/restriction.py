@@ -1,0 +1,132 @@
+"""A chain restricted to a box of each parameter leaf carries that box and nothing more.
+
+A weight restriction (one attention head, one MLP, the embedding) is, in the layouts mechjax's
+models use, one contiguous block along every axis of each leaf it touches: head ``h`` of a query
+kernel ``(d_model, heads, head_dim)`` is ``[:, h:h+1, :]``, an MLP kernel is the whole leaf. A
+:class:`Restriction` records that block per leaf, its extent (static: it fixes the shapes a chain
+carries) and its corner (an array: restrictions of one shape, such as every head of a layer, share
+one compiled program). A chain under it samples ``w_R``, the boxes' weights only: its draw, noise,
+preconditioner state and moments are box-sized, and the loss sees ``w* with w_R written into its
+boxes``. w* itself is read, never copied per chain.
+
+This is the 0/1 ``param_mask`` of :func:`mechjax.slt.chain.sample_chain` whose non-zero entries
+fill a box in every leaf, sampled without the zeros: on the box's coordinates the kernel
+(:mod:`mechjax.slt.langevin`) computes the same step, since a masked chain's gradient, noise and
+localising pull vanish off the mask, and the noise is the unrestricted chain's, cut to the box
+(:meth:`Restriction.noise`). :func:`from_mask` finds the boxes of such a mask; a mask that is not
+boxes is sampled as a mask, full-size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mechjax.slt.params import is_float_leaf
+
+Params = Any
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["starts"], meta_fields=["sizes"])
+@dataclasses.dataclass(frozen=True, eq=False)
+class Restriction:
+  """The box of each leaf of a params tree (flattened order) that a chain samples.
+
+  Attributes:
+    sizes: per leaf, the box's extent along each axis, or None for a leaf held at ``w*``.
+    starts: ``(leaves, max(1, max ndim))`` int32, each box's corner (row ``i``'s first
+      ``ndim`` entries; zeros for a leaf held fixed). A pytree child, so a traced argument.
+  """
+
+  sizes: tuple[tuple[int, ...] | None, ...]
+  starts: Any
+
+  @property
+  def num_sampled(self) -> int:
+    """How many weights a chain under this restriction samples."""
+    return int(sum(np.prod(s) for s in self.sizes if s is not None))
+
+  def _corner(self, i: int, ndim: int):
+    return [self.starts[i, k] for k in range(ndim)]
+
+  def take(self, full: Params) -> Params:
+    """The boxes' weights of ``full``: a tree like it with None at each leaf held fixed."""
+    leaves, treedef = jax.tree.flatten(full)
+    self._check(leaves)
+    cut = [
+      None if s is None else jax.lax.dynamic_slice(a, self._corner(i, a.ndim), s)
+      for i, (a, s) in enumerate(zip(leaves, self.sizes))
+    ]
+    return jax.tree.unflatten(treedef, cut)
+
+  def put(self, full: Params, sampled: Params) -> Params:
+    """``full`` with each box replaced by ``sampled``'s leaf (:meth:`take`'s inverse)."""
+    leaves, treedef = jax.tree.flatten(full)
+    parts = jax.tree.leaves(sampled)
+    out, k = [], 0
+    for i, (a, s) in enumerate(zip(leaves, self.sizes)):
+      if s is None:
+        out.append(a)
+        continue
+      out.append(jax.lax.dynamic_update_slice(a, parts[k].astype(a.dtype), self._corner(i, a.ndim)))
+      k += 1
+    return jax.tree.unflatten(treedef, out)
+
+  def noise(self, key: jax.Array, full: Params, impl: str = "threefry") -> Params:
+    """Standard normal noise on the boxes: the unrestricted chain's noise
+    (:func:`mechjax.slt.langevin.normal_noise`, each float leaf from its own key) cut to each box,
+    so that a restricted chain draws what the masked one draws."""
+    if impl != "threefry":
+      key = jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=impl)
+    leaves, treedef = jax.tree.flatten(full)
+    floats = [i for i, a in enumerate(leaves) if is_float_leaf(a)]
+    keys = jax.random.split(key, len(floats))
+    out = [None] * len(leaves)
+    for slot, i in enumerate(floats):
+      s, a = self.sizes[i], leaves[i]
+      if s is not None:
+        z = jax.random.normal(keys[slot], a.shape, a.dtype)
+        out[i] = jax.lax.dynamic_slice(z, self._corner(i, a.ndim), s)
+    return jax.tree.unflatten(treedef, out)
+
+  def _check(self, leaves) -> None:
+    if len(leaves) != len(self.sizes):
+      raise ValueError(f"the restriction has {len(self.sizes)} leaves; params has {len(leaves)}")
+
+
+def from_mask(params: Params, param_mask: Params | None) -> Restriction | None:
+  """The :class:`Restriction` whose boxes are exactly ``param_mask``'s non-zero entries, when they
+  fill one box in every leaf that has any (a head's slice, a whole MLP kernel); None when the mask
+  is None, traced, or not boxes (an arbitrary mask is then sampled as a mask), or selects no float
+  weight."""
+  if param_mask is None:
+    return None
+  masks, leaves = jax.tree.leaves(param_mask), jax.tree.leaves(params)
+  if len(masks) != len(leaves) or any(isinstance(m, jax.core.Tracer) for m in masks):
+    return None
+  width = max([1, *(np.ndim(a) for a in leaves)])
+  starts = np.zeros((len(leaves), width), np.int32)
+  sizes = []
+  for i, (a, m) in enumerate(zip(leaves, masks)):
+    m = np.asarray(m) != 0
+    if not is_float_leaf(a) or not m.any():
+      sizes.append(None)
+      continue
+    if m.shape != np.shape(a):
+      return None
+    occupied = [  # along each axis, the indices where the mask has a non-zero entry
+      np.flatnonzero(m.any(axis=tuple(k for k in range(m.ndim) if k != ax))) for ax in range(m.ndim)
+    ]
+    lo, hi = [int(o[0]) for o in occupied], [int(o[-1]) + 1 for o in occupied]
+    if not m[tuple(slice(l, h) for l, h in zip(lo, hi))].all():
+      return None
+    sizes.append(tuple(h - l for l, h in zip(lo, hi)))
+    starts[i, : m.ndim] = lo
+  if all(s is None for s in sizes):
+    return None
+  return Restriction(tuple(sizes), starts)

@@ -1,0 +1,121 @@
+"""A restriction's chains carry its boxes only and sample what the 0/1 mask of its boxes samples."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mechjax import slt
+from mechjax.slt import chain as chain_lib
+from mechjax.slt import restriction as restriction_lib
+from mechjax.slt import sgld
+from mechjax.slt.settings import SGLDSettings
+from tests.helpers import MeanDraw
+
+
+def _problem():
+  k = jax.random.split(jax.random.key(0), 3)
+  params = {
+    "b1": jnp.zeros(5),
+    "step": jnp.array(3),  # an integer leaf: never sampled
+    "w1": jax.random.normal(k[0], (4, 3, 5)) / 3,  # (inputs, heads, head width)
+    "w2": jax.random.normal(k[1], (5, 2)),
+  }
+  x = jax.random.normal(k[2], (64, 4))
+  data = {"x": x, "y": jnp.tanh(x[:, :2])}
+  return params, data
+
+
+def _loss(p, b):
+  h = jnp.tanh(jnp.einsum("ni,ijk->nk", b["x"], p["w1"]) + p["b1"][None])
+  return jnp.mean((h @ p["w2"] - b["y"]) ** 2)
+
+
+def _head_mask(params, head=1):
+  """Head ``head``'s slice of w1 and all of b1: two boxes."""
+  mask = jax.tree.map(lambda a: np.zeros(np.shape(a), np.float32), params)
+  mask["w1"][:, head] = 1
+  mask["b1"][:] = 1
+  return mask
+
+
+def test_from_mask_finds_the_boxes_and_refuses_what_is_not_one():
+  params, _ = _problem()
+  r = restriction_lib.from_mask(params, _head_mask(params))
+  # Leaves in flattened order: b1, step, w1, w2.
+  assert r.sizes == ((5,), None, (4, 1, 5), None) and r.num_sampled == 25
+  assert r.starts[2].tolist() == [0, 1, 0] and r.starts[0].tolist() == [0, 0, 0]
+  taken = r.take(params)
+  assert taken["step"] is None and taken["w2"] is None
+  np.testing.assert_array_equal(taken["w1"], params["w1"][:, 1:2])
+  back = r.put(params, jax.tree.map(lambda a: a + 1, taken))
+  np.testing.assert_array_equal(back["w1"][:, 1:2], params["w1"][:, 1:2] + 1)
+  np.testing.assert_array_equal(back["w1"][:, ::2], params["w1"][:, ::2])
+  assert back["w2"] is params["w2"]
+  holed = _head_mask(params)
+  holed["w1"][2, 1, 3] = 0  # a hole in the box: not one box, so it stays a mask
+  assert restriction_lib.from_mask(params, holed) is None
+  nothing = jax.tree.map(lambda a: np.zeros(np.shape(a)), params)
+  assert restriction_lib.from_mask(params, nothing) is None
+  assert restriction_lib.from_mask(params, None) is None
+  # sample_chains samples a box mask as a restriction, any other as a mask.
+  assert isinstance(sgld._restricted(params, _head_mask(params))[0], restriction_lib.Restriction)
+  assert sgld._restricted(params, holed)[0] is holed
+
+
+@pytest.mark.parametrize("mala", [False, True])
+def test_a_restricted_chain_carries_its_boxes_and_draws_what_the_masked_chain_draws(mala):
+  params, data = _problem()
+  mask = _head_mask(params)
+  r = restriction_lib.from_mask(params, mask)
+  s = SGLDSettings(
+    num_chains=1,
+    num_draws=20,
+    step_size=1e-3,
+    localization=10.0,
+    batch_size=16,
+    nbeta=10.0,
+    rmsprop=0.99,
+    mala=mala,
+    mala_every=2,
+  )
+
+  def run(param_mask):
+    return chain_lib.sample_chain(
+      _loss, params, data, jax.random.key(1), s.num_steps, s, param_mask, MeanDraw()
+    )
+
+  masked, boxed = run(mask), jax.jit(run)(r)
+  for a, b in zip(jax.tree.leaves(masked), jax.tree.leaves(boxed)):  # traces and mean draw
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7)  # NaN where MALA skips a step
+  mean_w1 = np.asarray(boxed["accumulated"]["w1"])
+  assert np.any(mean_w1[:, 1] != params["w1"][:, 1])  # the head moved
+  np.testing.assert_array_equal(mean_w1[:, ::2], params["w1"][:, ::2])  # the others did not
+  # The carry: the draw and the preconditioner state are the boxes, nothing else.
+  chain = chain_lib.Chain(_loss, params, jax.random.key(1), s, r, data=data)
+  w, v, _ = jax.eval_shape(chain.start)
+  for carried in (w, v):
+    shapes = {k: None if a is None else a.shape for k, a in carried.items()}
+    assert shapes == {"b1": (5,), "step": None, "w1": (4, 1, 5), "w2": None}, shapes
+
+
+def test_the_llc_of_a_box_mask_is_the_llc_of_the_same_mask_sampled_full_size(monkeypatch):
+  params, data = _problem()
+  call = lambda: slt.estimate_llc(  # noqa: E731
+    _loss,
+    params,
+    data,
+    key=jax.random.key(2),
+    param_mask=_head_mask(params, head=0),
+    num_chains=2,
+    num_draws=30,
+    step_size=1e-4,
+    localization=100.0,
+    batch_size=16,
+  )
+  with pytest.warns(slt.ChainsNotMixedWarning):
+    boxed = call()
+  monkeypatch.setattr(restriction_lib, "from_mask", lambda params, mask: None)
+  with pytest.warns(slt.ChainsNotMixedWarning):
+    masked = call()
+  np.testing.assert_allclose(boxed.llc_per_chain, masked.llc_per_chain, rtol=1e-4)
