@@ -2,10 +2,15 @@
 component's chains in one compiled program, in memory or on data streamed from the host, each
 streaming the moments of ``(φ, ΔL)`` (:mod:`mechjax.slt.moments`).
 
-A component is a 0/1 mask over the parameters (a head, an MLP, or all of them); its chains sample
-only where the mask is 1 (:func:`mechjax.slt.params.mask_support` prunes the leaves it holds at
-``w*``). Components of different supports are branches (``lax.switch``) of one program under
-``lax.map``; under ``vmap``, or on streamed data, they share the union of the supports.
+A component is a :class:`~mechjax.slt.restriction.Restriction` (a head, an MLP, or the whole
+model), or a 0/1 mask over the parameters. In memory, restrictions and masks of boxes are sampled by
+:func:`restricted_program`: each component's chains carry its boxes' weights only, and components
+of one shape (the heads of a layer) are one loop of the program. Other masks, and every component
+on streamed data, are sampled full-size, the mask multiplying the step
+(:func:`components_program`): the chains sample only where the mask is 1
+(:func:`mechjax.slt.params.mask_support` prunes the leaves it holds at ``w*``); components of
+different supports are branches (``lax.switch``) of one program under ``lax.map``, and under
+``vmap``, or on streamed data, they share the union of the supports.
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mechjax import sharding
 from mechjax.slt import chain as chain_lib
 from mechjax.slt import langevin
 from mechjax.slt import params as params_lib
 from mechjax.slt import placement
+from mechjax.slt import restriction as restriction_lib
 from mechjax.slt import stream
 from mechjax.slt.moments import SegmentedMoments
 from mechjax.slt.settings import SGLDSettings
@@ -38,6 +45,8 @@ def component_masks(components: dict, params, s: SGLDSettings):
   ones = jax.tree.map(jnp.ones_like, params)
   masks = []
   for name, mask in components.items():
+    if isinstance(mask, restriction_lib.Restriction):
+      mask = mask.mask(params)
     if mask is not None and jax.tree.structure(mask) != jax.tree.structure(params):
       raise ValueError(
         f"the mask of component {name!r} must be a pytree with the structure of params"
@@ -55,6 +64,31 @@ def component_masks(components: dict, params, s: SGLDSettings):
   distinct = tuple(dict.fromkeys(supports))
   branch = jnp.asarray([distinct.index(x) for x in supports], jnp.int32)
   return jax.tree.map(lambda *m: jnp.stack(m), *masks), branch, distinct
+
+
+def component_restrictions(components: dict, params):
+  """``(starts, groups)`` when every component is a :class:`~mechjax.slt.restriction.Restriction`,
+  None (the whole model) or a mask of boxes (:func:`mechjax.slt.restriction.from_mask`); else None.
+  ``starts`` is ``(components, leaves, width)``, every box's corner; ``groups`` pairs each
+  distinct set of box extents with the components that have it (restrictions of one shape, such as
+  the heads of one layer, share a loop of one program)."""
+  rs = []
+  for mask in components.values():
+    if mask is None:
+      rs.append(restriction_lib.whole(params))
+    elif isinstance(mask, restriction_lib.Restriction):
+      rs.append(mask)
+    else:
+      rs.append(restriction_lib.from_mask(params, mask))
+      if rs[-1] is None:
+        return None
+  width = max(np.shape(r.starts)[1] for r in rs)
+  starts = np.zeros((len(rs), len(rs[0].sizes), width), np.int32)
+  groups: dict[tuple, list[int]] = {}
+  for c, r in enumerate(rs):
+    starts[c, :, : np.shape(r.starts)[1]] = np.asarray(r.starts)
+    groups.setdefault(r.sizes, []).append(c)
+  return starts, tuple((sizes, tuple(idx)) for sizes, idx in groups.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +161,37 @@ def components_program(
   return placement.jit_over_chains(
     run, layout, chain_axis=1
   )  # outputs are (components, chains, ...)
+
+
+@functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
+def restricted_program(
+  per_sample_loss, settings: SGLDSettings, observable, layout, sampler, groups
+):
+  """Every component's chains in one program, each carrying its restriction's boxes only:
+  ``groups`` (:func:`component_restrictions`) are loops of the program, one per set of box
+  extents, over their components' corners; the outputs come back in the components' order."""
+  loss_fn, accumulator = chain_parts(per_sample_loss, observable, settings)
+  order = np.argsort(np.concatenate([idx for _, idx in groups]))
+
+  def run(params, data, keys, starts, observe_data):
+    source = data if sampler is None else sampler
+    how = placement.chain_loop(settings)
+
+    def chains(sizes, corner):
+      restricted = restriction_lib.Restriction(sizes, corner)
+      chain = lambda k: chain_lib.sample_chain(  # noqa: E731
+        loss_fn, params, source, k, settings.num_steps, settings, restricted, accumulator,
+        observe_data, loss_at_star=False, constrain=sharding.model_constraint(layout),
+      )["accumulated"]  # fmt: skip
+      return placement.over_chains(chain, how, keys)
+
+    outs = [
+      placement.over_chains(functools.partial(chains, sizes), how, starts[np.asarray(idx)])
+      for sizes, idx in groups
+    ]
+    return jax.tree.map(lambda *o: jnp.concatenate(o)[order], *outs)
+
+  return placement.jit_over_chains(run, layout, chain_axis=1)  # (components, chains, ...)
 
 
 @functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)

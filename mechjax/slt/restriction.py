@@ -94,6 +94,19 @@ class Restriction:
         out[i] = jax.lax.dynamic_slice(z, self._corner(i, a.ndim), s)
     return jax.tree.unflatten(treedef, out)
 
+  def mask(self, params: Params) -> Params:
+    """The 0/1 float32 mask of the boxes, full-size (for a driver that samples masks)."""
+    leaves, treedef = jax.tree.flatten(params)
+    self._check(leaves)
+    out = []
+    for i, (a, s) in enumerate(zip(leaves, self.sizes)):
+      m = np.zeros(np.shape(a), np.float32)
+      if s is not None:
+        corner = np.asarray(self.starts[i, : m.ndim])
+        m[tuple(slice(c, c + n) for c, n in zip(corner, s))] = 1
+      out.append(m)
+    return jax.tree.unflatten(treedef, out)
+
   def _check(self, leaves) -> None:
     if len(leaves) != len(self.sizes):
       raise ValueError(f"the restriction has {len(self.sizes)} leaves; params has {len(leaves)}")
@@ -129,4 +142,45 @@ def from_mask(params: Params, param_mask: Params | None) -> Restriction | None:
     starts[i, : m.ndim] = lo
   if all(s is None for s in sizes):
     return None
+  return Restriction(tuple(sizes), starts)
+
+
+def whole(params: Params) -> Restriction:
+  """The restriction to every float leaf, whole: the unrestricted chain."""
+  leaves = jax.tree.leaves(params)
+  width = max([1, *(np.ndim(a) for a in leaves)])
+  sizes = tuple(tuple(np.shape(a)) if is_float_leaf(a) else None for a in leaves)
+  return Restriction(sizes, np.zeros((len(leaves), width), np.int32))
+
+
+def leaf_names(params: Params) -> list[str]:
+  """Each leaf's path, its keys joined by ``/`` (``attn_0/query/kernel``), in flattened order."""
+  paths = jax.tree_util.tree_flatten_with_path(params)[0]
+  return ["/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p) for p, _ in paths]
+
+
+def from_boxes(params: Params, boxes: dict[str, tuple[slice, ...] | None]) -> Restriction:
+  """The restriction to ``boxes``: leaf path (:func:`leaf_names`; a path's prefix, such as
+  ``mlp_1``, names every leaf under it) → a tuple of slices, one per leading axis that is cut (the
+  rest whole), or None for the whole leaf. Built from shapes alone: no mask is made."""
+  names, leaves = leaf_names(params), jax.tree.leaves(params)
+  width = max([1, *(np.ndim(a) for a in leaves)])
+  starts = np.zeros((len(leaves), width), np.int32)
+  sizes: list[tuple[int, ...] | None] = [None] * len(leaves)
+  for key, cut in boxes.items():
+    hits = [i for i, n in enumerate(names) if n == key or n.startswith(key + "/")]
+    if not hits:
+      raise ValueError(f"no parameter leaf is named {key!r} (or lies under it); leaves: {names}")
+    for i in hits:
+      shape = np.shape(leaves[i])
+      if not is_float_leaf(leaves[i]):
+        continue
+      cut = tuple(cut or ())
+      ranges = [range(n)[c] for n, c in zip(shape, cut)] + [range(n) for n in shape[len(cut) :]]
+      if any(len(r) == 0 or r.step != 1 for r in ranges):
+        raise ValueError(
+          f"the box {cut} of leaf {names[i]!r} {shape} must be contiguous and non-empty"
+        )
+      starts[i, : len(shape)] = [r.start for r in ranges]
+      sizes[i] = tuple(len(r) for r in ranges)
   return Restriction(tuple(sizes), starts)

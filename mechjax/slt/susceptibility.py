@@ -250,11 +250,15 @@ def estimate_susceptibilities(
   components = {"all": None} if components is None else dict(components)
   if not components:
     raise ValueError("components must name at least one mask")
+  restricted = None
+  if not isinstance(data, Streamed):
+    restricted = components_lib.component_restrictions(components, params)
   if mesh is not None:
     mesh = sharding.sampler_mesh(mesh, s.num_chains)
     params = sharding.place(params, mesh)
-  masks, branch, distinct = components_lib.component_masks(components, params, s)
-  masks = sharding.place(masks, mesh, lead=1)
+  if restricted is None:
+    masks, branch, distinct = components_lib.component_masks(components, params, s)
+    masks = sharding.place(masks, mesh, lead=1)
   eval_data = _eval_batch(data, sampler, eval_data, eval_size, key)
   probe_shape = _output_shape(per_sample_loss, params, probes)
   losses_at = jax.jit(per_sample_loss)  # one program, not a compiled program per operation
@@ -272,6 +276,12 @@ def estimate_susceptibilities(
       per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, union
     )
     run = lambda program, part: program(params, data, keys[part], masks, observe_data)  # noqa: E731
+  elif restricted is not None:  # every component's chains carry its boxes only
+    starts, groups = restricted
+    build = lambda layout, per: components_lib.restricted_program(  # noqa: E731
+      per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, sampler, groups
+    )
+    run = lambda program, part: program(params, source, keys[part], starts, observe_data)  # noqa: E731
   else:
     build = lambda layout, per: components_lib.components_program(  # noqa: E731
       per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, sampler, distinct

@@ -7,10 +7,12 @@ import pytest
 
 from mechjax import slt
 from mechjax.slt import chain as chain_lib
+from mechjax.slt import components
 from mechjax.slt import restriction as restriction_lib
 from mechjax.slt import sgld
 from mechjax.slt.settings import SGLDSettings
 from tests.helpers import MeanDraw
+from tests.helpers import expect_unmixed
 
 
 def _problem():
@@ -119,3 +121,48 @@ def test_the_llc_of_a_box_mask_is_the_llc_of_the_same_mask_sampled_full_size(mon
   with pytest.warns(slt.ChainsNotMixedWarning):
     masked = call()
   np.testing.assert_allclose(boxed.llc_per_chain, masked.llc_per_chain, rtol=1e-4)
+
+
+@expect_unmixed
+def test_susceptibilities_of_restrictions_are_those_of_their_masks(monkeypatch):
+  """Components given as restrictions, as masks of boxes and as None, sampled with their boxes
+  only (two heads of w1 in one loop of the program), give the χ of the same masks sampled
+  full-size, in the components' order."""
+  params, data = _problem()
+  per_sample = lambda p, b: jnp.mean(  # noqa: E731
+    (jnp.tanh(jnp.einsum("ni,ijk->nk", b["x"], p["w1"]) + p["b1"][None]) @ p["w2"] - b["y"]) ** 2,
+    axis=-1,
+  )
+  parts = {  # the heads first and third: the program's loops return them out of order
+    "head_0": _head_mask(params, 0),
+    "all": None,
+    "head_2": restriction_lib.from_boxes(params, {"w1": (slice(None), slice(2, 3)), "b1": None}),
+    "w2": restriction_lib.from_boxes(params, {"w2": None}),
+  }
+  starts, groups = components.component_restrictions(parts, params)
+  assert [idx for _, idx in groups] == [(0, 2), (1,), (3,)]  # the two heads share a shape
+  assert starts[2, 2].tolist() == [0, 2, 0]
+
+  def call():
+    return slt.estimate_susceptibilities(
+      per_sample,
+      params,
+      data,
+      jax.tree.map(lambda a: a[:3], data),
+      key=jax.random.key(3),
+      components=parts,
+      num_chains=2,
+      num_draws=20,
+      step_size=1e-4,
+      localization=100.0,
+      batch_size=16,
+      eval_size=32,
+    )
+
+  boxed = call()
+  monkeypatch.setattr(components, "component_restrictions", lambda *a: None)
+  masked = call()
+  assert boxed.components == masked.components == tuple(parts)
+  assert np.all(np.abs(boxed.chi) > 0)
+  np.testing.assert_allclose(boxed.chi, masked.chi, rtol=1e-3, atol=1e-4 * np.abs(masked.chi).max())
+  np.testing.assert_allclose(boxed.llc, masked.llc, rtol=1e-3)
