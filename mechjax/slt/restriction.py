@@ -159,28 +159,40 @@ def leaf_names(params: Params) -> list[str]:
   return ["/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p) for p, _ in paths]
 
 
-def from_boxes(params: Params, boxes: dict[str, tuple[slice, ...] | None]) -> Restriction:
-  """The restriction to ``boxes``: leaf path (:func:`leaf_names`; a path's prefix, such as
-  ``mlp_1``, names every leaf under it) → a tuple of slices, one per leading axis that is cut (the
-  rest whole), or None for the whole leaf. Built from shapes alone: no mask is made."""
+class NotABox(ValueError):
+  """A union of boxes that is not one box in some leaf (two heads that are not neighbours)."""
+
+
+def from_boxes(params: Params, *boxes: dict[str, tuple[slice, ...] | None]) -> Restriction:
+  """The restriction to the union of ``boxes``, each a dict from a leaf path (:func:`leaf_names`;
+  a path's prefix, such as ``mlp_1``, names every leaf under it) to a tuple of slices, one per
+  leading axis that is cut (the rest whole), or None for the whole leaf. Built from shapes alone:
+  no mask is made, except of a leaf that two boxes cut, to check that their union is one box
+  (:class:`NotABox` if it is not)."""
   names, leaves = leaf_names(params), jax.tree.leaves(params)
   width = max([1, *(np.ndim(a) for a in leaves)])
   starts = np.zeros((len(leaves), width), np.int32)
-  sizes: list[tuple[int, ...] | None] = [None] * len(leaves)
-  for key, cut in boxes.items():
+  cuts: dict[int, list[list[range]]] = {}
+  for key, cut in ((k, c) for b in boxes for k, c in b.items()):
     hits = [i for i, n in enumerate(names) if n == key or n.startswith(key + "/")]
     if not hits:
       raise ValueError(f"no parameter leaf is named {key!r} (or lies under it); leaves: {names}")
-    for i in hits:
-      shape = np.shape(leaves[i])
-      if not is_float_leaf(leaves[i]):
-        continue
-      cut = tuple(cut or ())
+    for i in (i for i in hits if is_float_leaf(leaves[i])):
+      shape, cut = np.shape(leaves[i]), tuple(cut or ())
       ranges = [range(n)[c] for n, c in zip(shape, cut)] + [range(n) for n in shape[len(cut) :]]
       if any(len(r) == 0 or r.step != 1 for r in ranges):
-        raise ValueError(
-          f"the box {cut} of leaf {names[i]!r} {shape} must be contiguous and non-empty"
-        )
-      starts[i, : len(shape)] = [r.start for r in ranges]
-      sizes[i] = tuple(len(r) for r in ranges)
+        raise ValueError(f"the box {cut} of leaf {names[i]!r} {shape} must be contiguous")
+      cuts.setdefault(i, []).append(ranges)
+  sizes: list[tuple[int, ...] | None] = [None] * len(leaves)
+  for i, boxes_i in cuts.items():
+    lo = [min(b[k].start for b in boxes_i) for k in range(len(boxes_i[0]))]
+    hi = [max(b[k].stop for b in boxes_i) for k in range(len(boxes_i[0]))]
+    if len(boxes_i) > 1:
+      m = np.zeros(np.shape(leaves[i]), bool)
+      for b in boxes_i:
+        m[tuple(slice(r.start, r.stop) for r in b)] = True
+      if not m[tuple(slice(a, b) for a, b in zip(lo, hi))].all():
+        raise NotABox(f"the union is not one box of leaf {names[i]!r}")
+    starts[i, : len(lo)] = lo
+    sizes[i] = tuple(b - a for a, b in zip(lo, hi))
   return Restriction(tuple(sizes), starts)

@@ -11,6 +11,7 @@ import pytest
 from mechjax.align import haar
 from mechjax.align import procrustes
 from mechjax.models import pretrained
+from mechjax.slt import restriction
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints")
 TOKENS = np.random.default_rng(3).integers(0, 61, (8, 20)).astype(np.int32)  # 160 rows > d = 32
@@ -86,6 +87,12 @@ def test_component_masks_select_exactly_one_heads_weights():
   assert kv[:, 1].all() and not kv[:, 0].any()  # heads 2 and 3 read key/value head 1
   mlp = masks["mlp_0"]
   assert sum(float(np.sum(x)) for x in jax.tree.leaves(mlp)) == 3 * d * a.d_mlp
+  # The restrictions a chain samples are these masks' boxes, built without a mask.
+  for name, boxes in pretrained.component_boxes(model).items():
+    r = restriction.from_boxes(params, boxes)
+    assert r.num_sampled == sum(int(np.sum(x)) for x in jax.tree.leaves(masks[name])), name
+    for built, masked in zip(jax.tree.leaves(r.mask(params)), jax.tree.leaves(masks[name])):
+      np.testing.assert_array_equal(built, masked, err_msg=name)
 
 
 def test_steering_a_site_moves_everything_downstream_only():
@@ -105,3 +112,41 @@ def test_steering_a_site_moves_everything_downstream_only():
   assert patterns.shape == (2, 2, 4, 20, 20)
   np.testing.assert_allclose(patterns.sum(-1), 1.0, atol=1e-5)
   assert float(jnp.max(jnp.triu(patterns, 1))) == 0.0  # causal
+
+
+def test_restriction_strings_name_heads_groups_layers_and_unions():
+  model, params = pretrained.load(os.path.join(HERE, "llama_gqa"))  # 4 heads read 2 kv heads
+  a = model.arch
+  named = pretrained.restriction_boxes(model, "l0h1, l1g1, l1 attn,l0 mlp, embed, unembed, all")
+  assert list(named) == ["l0h1", "l1g1", "l1 attn", "l0 mlp", "embed", "unembed", "all"]
+  assert named["all"] is None
+  [head] = named["l0h1"]
+  assert head == pretrained.component_boxes(model)["attn_0.head_1"]
+  count = lambda name: restriction.from_boxes(params, *named[name]).num_sampled  # noqa: E731
+  hd, d = a.head_dim, a.d_model
+  assert count("l1g1") == 2 * 2 * d * hd + 2 * d * hd  # query and output of heads 2, 3; k, v of 1
+  assert count("l1 attn") == sum(np.size(x) for x in jax.tree.leaves(params["attn_1"]))
+  assert count("l0 mlp") == 3 * d * a.d_mlp
+  assert count("embed") == a.vocab_size * d and count("unembed") == d * a.vocab_size
+  # Neighbouring heads are one box; heads 0 and 2 are not, and are refused as one.
+  pair = pretrained.restriction_boxes(model, "l0h0+l0h1")["l0h0+l0h1"]
+  assert restriction.from_boxes(params, *pair).num_sampled == 2 * count("l0h1") - 2 * d * hd
+  apart = pretrained.restriction_boxes(model, "l0h0+l0h2")["l0h0+l0h2"]
+  with pytest.raises(restriction.NotABox, match="attn_0/query/kernel"):
+    restriction.from_boxes(params, *apart)
+  for bad, says in (
+    ("l0h4", "heads 0–3"),
+    ("l2h0", "layers 0–1"),
+    ("l0g2", "key/value groups 0–1"),
+    ("head3", "unknown restriction 'head3'"),
+    ("l0h1,,l0h2", "empty restriction"),
+  ):
+    with pytest.raises(ValueError, match=says):
+      pretrained.restriction_boxes(model, bad)
+  tied, _ = pretrained.load(os.path.join(HERE, "qwen2"))
+  with pytest.raises(ValueError, match="ties its unembedding"):
+    pretrained.restriction_boxes(tied, "unembed")
+  gpt2, _ = pretrained.load(os.path.join(HERE, "gpt2"))
+  assert pretrained.restriction_boxes(gpt2, "embed")["embed"] == [
+    {"embed": None, "pos_embed": None}
+  ]

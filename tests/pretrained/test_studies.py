@@ -10,9 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from mechjax import config
 from mechjax.align import haar
 from mechjax.data import tokens
 from mechjax.models import pretrained
+from mechjax.slt import restriction
 from mechjax.studies.llc import pretrained_llc
 from mechjax.studies.rotation import pretrained_polymorphism
 from tests.helpers import ROOT
@@ -167,3 +169,23 @@ def test_site_activations_are_the_sites_of_one_forward_pass_batch_by_batch():
     assert acts["w"][s].dtype == np.float64 and acts["w"][s].shape == (30, model.arch.d_model)
     np.testing.assert_allclose(acts["w"][s], x, rtol=1e-5, atol=1e-6)  # batches of 2, 2 and 1
     np.testing.assert_allclose(acts["one"][s], x[:6], rtol=1e-5, atol=1e-6)
+
+
+def test_pretrained_llc_samples_the_restrictions_it_is_given():
+  model, params = pretrained.load(os.path.join(HERE, "llama_gqa"))
+  comps = pretrained_llc.restrictions("l1 mlp, l0h0+l0h2", model, params)
+  assert list(comps) == ["all", "l1 mlp", "l0h0+l0h2"] and comps["all"] is None
+  assert isinstance(comps["l1 mlp"], restriction.Restriction)  # carried as its boxes
+  # Heads 0 and 2 are not one box of the query kernel: sampled as their mask, full-size.
+  masks = pretrained.component_masks(model, params)
+  union = jax.tree.map(np.maximum, masks["attn_0.head_0"], masks["attn_0.head_2"])
+  for a, b in zip(jax.tree.leaves(comps["l0h0+l0h2"]), jax.tree.leaves(union)):
+    np.testing.assert_array_equal(a, b)
+  assert pretrained_llc.count(comps["l0h0+l0h2"]) == int(
+    sum(np.sum(m) for m in jax.tree.leaves(union))
+  )
+  every = pretrained_llc.restrictions("", model, params)
+  assert list(every) == ["all", *pretrained.component_boxes(model)]
+  with pytest.raises(config.ConfigError, match="unknown restriction 'l0x'") as e:
+    pretrained_llc.restrictions("l0x", model, params)
+  assert tuple(e.value.names) == ("components",)

@@ -43,9 +43,11 @@ from mechjax.models.pretrained.model import next_token_losses
 from mechjax.models.pretrained.model import site_names
 from mechjax.models.pretrained.safetensors import read_safetensors
 from mechjax.models.pretrained.safetensors import write_safetensors
+from mechjax.models.pretrained.surgery import component_boxes
 from mechjax.models.pretrained.surgery import component_masks
 from mechjax.models.pretrained.surgery import fold_norms
 from mechjax.models.pretrained.surgery import mean_preserving
+from mechjax.models.pretrained.surgery import restriction_boxes
 from mechjax.models.pretrained.surgery import rotate_residual
 from mechjax.models.sites import attention_patterns
 
@@ -57,7 +59,9 @@ __all__ = [
   "arch_from_config",
   "attention_patterns",
   "check_tokens",
+  "component_boxes",
   "component_masks",
+  "restriction_boxes",
   "fold_norms",
   "lm_losses",
   "load",

@@ -1,12 +1,13 @@
 """Changes of a pretrained model's weights that keep its function: every norm's gain folded into the
 maps that read it (:func:`fold_norms`), the residual stream in another basis
-(:func:`rotate_residual`); and the 0/1 masks that select one attention head's or one MLP's weights
-(:func:`component_masks`).
+(:func:`rotate_residual`); and the boxes of one attention head's or one MLP's weights
+(:func:`component_boxes`), with their 0/1 masks (:func:`component_masks`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -133,33 +134,113 @@ def rotate_residual(model: DecoderLM, params: dict, q) -> tuple[DecoderLM, dict]
   return folded, _as_params(folded, p)
 
 
-def component_masks(model: DecoderLM, params: dict) -> dict[str, dict]:
-  """0/1 masks like ``params``, one per component, for the weight-restricted LLC and
-  susceptibilities (``param_mask=`` of :func:`mechjax.slt.estimate_llc`).
+def component_boxes(model: DecoderLM) -> dict[str, dict[str, tuple | None]]:
+  """Each component's weights as boxes: ``{component: {leaf path: slices}}``, the path's keys
+  joined by ``/`` (``attn_0/query/kernel``; a prefix such as ``mlp_1`` names every leaf under it),
+  the slices cutting the leading axes (None: the whole leaf). What
+  :func:`mechjax.slt.restriction.from_boxes` turns into the restrictions a chain samples, without a
+  mask.
 
-  ``"attn_{l}.head_{h}"`` selects query head ``h``'s slice of the query kernel and bias and of the
-  output kernel, and the key and value slices of the key/value head it reads (head ``h // (heads
-  / kv_heads)``; under grouped-query attention that slice is shared by the group). ``"mlp_{l}"``
-  selects every weight of layer ``l``'s MLP. The projections are stored per head, so each mask is
-  exactly one head's weights, however the checkpoint fused them.
+  ``"attn_{l}.head_{h}"`` is query head ``h``'s slice of the query kernel and bias and of the output
+  kernel, and the key and value slices of the key/value head it reads (head ``h // (heads /
+  kv_heads)``; under grouped-query attention that slice is shared by the group). ``"mlp_{l}"`` is
+  every weight of layer ``l``'s MLP. The projections are stored per head, so each is exactly one
+  head's weights, however the checkpoint fused them.
   """
   a = model.arch
-  group = a.num_heads // a.num_kv_heads
-  zeros = lambda: jax.tree.map(lambda x: np.zeros(np.shape(x), np.float32), params)
   out = {}
   for l in range(a.num_layers):
     for h in range(a.num_heads):
-      m = zeros()
-      attn = m[f"attn_{l}"]
-      attn["query"]["kernel"][:, h] = 1
-      attn["out"]["kernel"][h] = 1
-      for name in ("key", "value"):
-        attn[name]["kernel"][:, h // group] = 1
-      for name, index in (("query", h), ("key", h // group), ("value", h // group)):
-        if "bias" in attn[name]:
-          attn[name]["bias"][index] = 1
-      out[f"attn_{l}.head_{h}"] = m
-    m = zeros()
-    m[f"mlp_{l}"] = jax.tree.map(np.ones_like, m[f"mlp_{l}"])
-    out[f"mlp_{l}"] = m
+      out[f"attn_{l}.head_{h}"] = _head_boxes(
+        a, l, slice(h, h + 1), h // (a.num_heads // a.num_kv_heads)
+      )
+    out[f"mlp_{l}"] = {f"mlp_{l}": None}
   return out
+
+
+def _head_boxes(a: Arch, layer: int, heads: slice, kv: int) -> dict[str, tuple]:
+  """The query heads ``heads`` of layer ``layer`` (query and output slices, and biases) and the key
+  and value slices of key/value head ``kv``."""
+  every, kv_slice = slice(None), slice(kv, kv + 1)
+  boxes = {f"attn_{layer}/query/kernel": (every, heads), f"attn_{layer}/out/kernel": (heads,)}
+  boxes |= {f"attn_{layer}/{n}/kernel": (every, kv_slice) for n in ("key", "value")}
+  if a.qkv_bias:
+    boxes[f"attn_{layer}/query/bias"] = (heads,)
+    boxes |= {f"attn_{layer}/{n}/bias": (kv_slice,) for n in ("key", "value")}
+  return boxes
+
+
+def component_masks(model: DecoderLM, params: dict) -> dict[str, dict]:
+  """0/1 float32 masks like ``params``, one per component of :func:`component_boxes` (the heads and
+  the MLPs), for ``param_mask=`` of :func:`mechjax.slt.estimate_llc`. Each is a full-size copy of
+  the parameters: for a large model pass the restrictions of the boxes instead."""
+  flat = jax.tree_util.tree_flatten_with_path(params)
+  names = ["/".join(str(k.key) for k in path) for path, _ in flat[0]]
+  out = {}
+  for component, boxes in component_boxes(model).items():
+    leaves = []
+    for name, leaf in zip(names, jax.tree.leaves(params)):
+      m = np.zeros(np.shape(leaf), np.float32)
+      for key, cut in boxes.items():
+        if name == key or name.startswith(key + "/"):
+          m[tuple(cut or ())] = 1
+      leaves.append(m)
+    out[component] = jax.tree.unflatten(flat[1], leaves)
+  return out
+
+
+RESTRICTION_FORMS = (
+  "all, embed, unembed, l<L>h<H> (one head), l<L>g<G> (one key/value group and its query heads), "
+  "'l<L> attn', 'l<L> mlp', and unions of them joined by +"
+)
+_ATOM = re.compile(r"^l(\d+)\s*(?:h(\d+)|g(\d+)|(attn|mlp))$")
+
+
+def restriction_boxes(model: DecoderLM, spec: str) -> dict[str, list[dict] | None]:
+  """The weight restrictions named in ``spec``, in the form devinterp's users write them:
+  comma-separated, each ``all``, ``embed`` (the token embedding, and the learned positions where
+  there are any), ``unembed``, ``l0h1`` (layer 0's head 1, as :func:`component_boxes`), ``l0g0``
+  (layer 0's key/value group 0: its key and value slices and the query and output slices of every
+  head that reads them), ``l2 attn`` and ``l2 mlp`` (every weight of layer 2's attention or MLP), or
+  a union of them joined by ``+``. Returns ``{restriction: [boxes, ...]}`` (a union's boxes, for
+  :func:`mechjax.slt.restriction.from_boxes`), None for ``all``; a form it does not know, or a
+  layer, head or group the model does not have, is refused in one line."""
+  a = model.arch
+  group = a.num_heads // a.num_kv_heads
+  out: dict[str, list[dict] | None] = {}
+  for name in (p.strip() for p in spec.split(",")):
+    if not name:
+      raise ValueError(f"empty restriction in {spec!r}; the forms are {RESTRICTION_FORMS}")
+    atoms = [_atom_boxes(model, group, t.strip()) for t in name.split("+")]
+    out[name] = None if any(x is None for x in atoms) else atoms
+  return out
+
+
+def _atom_boxes(model: DecoderLM, group: int, atom: str) -> dict | None:
+  a = model.arch
+  if atom == "all":
+    return None
+  if atom == "embed":
+    return {"embed": None, **({"pos_embed": None} if a.learned_positions else {})}
+  if atom == "unembed":
+    if a.tied_embeddings:
+      raise ValueError(
+        "restriction 'unembed': this checkpoint ties its unembedding to the embedding "
+        "(tie_word_embeddings); restrict 'embed'"
+      )
+    return {"unembed": None}
+  m = _ATOM.match(atom)
+  if m is None:
+    raise ValueError(f"unknown restriction {atom!r}; the forms are {RESTRICTION_FORMS}")
+  layer, head, kv, part = int(m[1]), m[2], m[3], m[4]
+  if layer >= a.num_layers:
+    raise ValueError(f"restriction {atom!r}: the model has layers 0–{a.num_layers - 1}")
+  if part is not None:
+    return {f"{'attn' if part == 'attn' else 'mlp'}_{layer}": None}
+  if head is not None:
+    if int(head) >= a.num_heads:
+      raise ValueError(f"restriction {atom!r}: the model has heads 0–{a.num_heads - 1}")
+    return _head_boxes(a, layer, slice(int(head), int(head) + 1), int(head) // group)
+  if int(kv) >= a.num_kv_heads:
+    raise ValueError(f"restriction {atom!r}: the model has key/value groups 0–{a.num_kv_heads - 1}")
+  return _head_boxes(a, layer, slice(int(kv) * group, (int(kv) + 1) * group), int(kv))

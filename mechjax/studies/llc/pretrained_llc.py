@@ -3,7 +3,8 @@
 One SGLD program (:func:`mechjax.slt.estimate_susceptibilities`) samples the localized, tempered
 posterior at the checkpoint's weights ``w*`` once with every weight free (``"all"``) and once per
 component with only that component's weights free: each attention head and each MLP
-(:func:`mechjax.models.pretrained.component_masks`, devinterp's "weight restrictions"). For each it
+(:func:`mechjax.models.pretrained.component_boxes`, devinterp's "weight restrictions"), each chain
+carrying only its component's weights (:class:`mechjax.slt.restriction.Restriction`). For each it
 reports
 
 * the (weight-refined) LLC ``λ̂_C = nβ·E_w[L(w) − L(w*)]`` (Lau et al. 2023, arXiv 2308.12108), on a
@@ -34,6 +35,7 @@ from mechjax import sharding
 from mechjax import slt
 from mechjax.data import tokens as tokens_lib
 from mechjax.models import pretrained
+from mechjax.slt import restriction as restriction_lib
 from mechjax.slt.settings import SGLDSettings
 from mechjax.studies import frame
 
@@ -61,6 +63,12 @@ class Config(config.Settings):
   seed: int = config.setting(0, "Seed of the windows and of the chains.", check=config.at_least(0))
   eval_size: int = config.setting(
     256, "Windows in the fixed evaluation subset that defines L.", check=config.at_least(1)
+  )
+  components: str = config.setting(
+    "",
+    "Weight restrictions sampled besides the whole model, comma-separated: l0h1 (a head), l0g0 (a "
+    "key/value group), 'l2 attn', 'l2 mlp', embed, unembed, all, and unions joined by +. Empty: "
+    "every head and every MLP.",
   )
   model_axis: int = config.setting(
     1, "Devices that split each parameter (the rest split the chains).", check=config.at_least(1)
@@ -91,8 +99,12 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   windows = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_windows, cfg.seed, "sgld-windows")
   probes = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_probes, cfg.seed, "probe-windows")
   pretrained.check_tokens(model.arch, windows)
-  components = {"all": None, **pretrained.component_masks(model, params)}
+  components = restrictions(cfg.components, model, params)
   ctx.log(f"{len(components)} components: sampling {cfg.sgld.num_chains} chains of each")
+  total = sum(np.size(x) for x in jax.tree.leaves(params))
+  for name, r in components.items():
+    sampled = total if r is None else count(r)
+    ctx.log(f"  {name}: {sampled:,} weights ({100 * sampled / total:.2g}% of {total:,})")
 
   def compute():
     result = slt.estimate_susceptibilities(
@@ -153,6 +165,36 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       "component's LLC is in the results above."
     },
   )
+
+
+def restrictions(spec: str, model, params) -> dict:
+  """``{name: restriction}`` to sample: the whole model (``"all"``, None) and then ``spec``'s
+  restrictions (:func:`mechjax.models.pretrained.restriction_boxes`), or every head and MLP when it
+  is empty. A union that is not one box per weight is sampled as a mask, full-size."""
+  try:
+    named = pretrained.restriction_boxes(model, spec) if spec else None
+  except ValueError as e:
+    raise config.ConfigError(["components"], str(e)) from None
+  if named is None:
+    named = {c: [b] for c, b in pretrained.component_boxes(model).items()}
+  out: dict = {"all": None}
+  for name, boxes in named.items():
+    if boxes is None:
+      out["all" if name == "all" else name] = None
+      continue
+    try:
+      out[name] = restriction_lib.from_boxes(params, *boxes)
+    except restriction_lib.NotABox:
+      masks = [restriction_lib.from_boxes(params, b).mask(params) for b in boxes]
+      out[name] = jax.tree.map(lambda *m: np.maximum.reduce(m), *masks)
+  return out
+
+
+def count(component) -> int:
+  """The weights a component samples: a restriction's, or a mask's non-zero entries."""
+  if isinstance(component, restriction_lib.Restriction):
+    return component.num_sampled
+  return int(sum(np.count_nonzero(m) for m in jax.tree.leaves(component)))
 
 
 def report(summary: dict) -> list[str]:
