@@ -30,6 +30,7 @@ from mechjax.slt import params as params_lib
 from mechjax.slt import placement
 from mechjax.slt import restriction as restriction_lib
 from mechjax.slt import stream
+from mechjax.slt.inputs import Streamed
 from mechjax.slt.moments import SegmentedMoments
 from mechjax.slt.settings import SGLDSettings
 
@@ -89,6 +90,42 @@ def component_restrictions(components: dict, params):
     starts[c, :, : np.shape(r.starts)[1]] = np.asarray(r.starts)
     groups.setdefault(r.sizes, []).append(c)
   return starts, tuple((sizes, tuple(idx)) for sizes, idx in groups.items())
+
+
+def programs(per_sample_loss, s: SGLDSettings, observable, sampler, data, components, params, mesh):
+  """``(build, arguments)`` for :func:`mechjax.slt.placement.over_chains_on_devices`: how
+  :func:`mechjax.slt.susceptibility.estimate_susceptibilities` samples ``components`` (``params``
+  already placed on ``mesh``). In memory, restrictions and masks of boxes go to
+  :func:`restricted_program`, the chains carrying the boxes only; other masks to
+  :func:`components_program`; on streamed data every component is a mask on the union of the
+  supports (:class:`StreamedComponents`: the carries must have one shape). ``arguments(params,
+  keys, observe_data)`` are the program's."""
+  per = lambda n: dataclasses.replace(s, num_chains=n)  # noqa: E731
+  source = None if sampler is not None else data
+  if not isinstance(data, Streamed):
+    restricted = component_restrictions(components, params)
+    if restricted is not None:
+      starts, groups = restricted
+      return (
+        lambda layout, n: restricted_program(
+          per_sample_loss, per(n), observable, layout, sampler, groups
+        ),
+        lambda params, keys, od: (params, source, keys, starts, od),
+      )
+  masks, branch, distinct = component_masks(components, params, s)
+  masks = sharding.place(masks, mesh, lead=1)
+  if isinstance(data, Streamed):
+    union = (tuple(map(any, zip(*distinct))),)
+    return (
+      lambda layout, n: StreamedComponents(per_sample_loss, per(n), observable, layout, union),
+      lambda params, keys, od: (params, data, keys, masks, od),
+    )
+  return (
+    lambda layout, n: components_program(
+      per_sample_loss, per(n), observable, layout, sampler, distinct
+    ),
+    lambda params, keys, od: (params, source, keys, (masks, branch), od),
+  )
 
 
 @dataclasses.dataclass(frozen=True)

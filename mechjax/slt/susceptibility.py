@@ -247,18 +247,19 @@ def estimate_susceptibilities(
   inputs.check_params(params)
   s, sampler = inputs.resolve_data(s, data, per_sample_loss, params, per_sample=True)
   s = placement.with_chain_loop(dataclasses.replace(s, mala=False), params)
+  if s.num_draws < 2:
+    raise ValueError(
+      f"num_draws must be at least 2 (χ is a covariance over draws); got {s.num_draws}"
+    )
   components = {"all": None} if components is None else dict(components)
   if not components:
     raise ValueError("components must name at least one mask")
-  restricted = None
-  if not isinstance(data, Streamed):
-    restricted = components_lib.component_restrictions(components, params)
   if mesh is not None:
     mesh = sharding.sampler_mesh(mesh, s.num_chains)
     params = sharding.place(params, mesh)
-  if restricted is None:
-    masks, branch, distinct = components_lib.component_masks(components, params, s)
-    masks = sharding.place(masks, mesh, lead=1)
+  build, arguments = components_lib.programs(
+    per_sample_loss, s, observable, sampler, data, components, params, mesh
+  )
   eval_data = _eval_batch(data, sampler, eval_data, eval_size, key)
   probe_shape = _output_shape(per_sample_loss, params, probes)
   losses_at = jax.jit(per_sample_loss)  # one program, not a compiled program per operation
@@ -269,26 +270,7 @@ def estimate_susceptibilities(
     "eval_loss_star": jnp.mean(losses_at(params, eval_data)),
   }
   keys = chain_lib.chain_keys(key, s.num_chains)
-  source = None if sampler is not None else data
-  if isinstance(data, Streamed):  # every component on the union of the supports: one carry shape
-    union = (tuple(map(any, zip(*distinct))),)
-    build = lambda layout, per: components_lib.StreamedComponents(  # noqa: E731
-      per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, union
-    )
-    run = lambda program, part: program(params, data, keys[part], masks, observe_data)  # noqa: E731
-  elif restricted is not None:  # every component's chains carry its boxes only
-    starts, groups = restricted
-    build = lambda layout, per: components_lib.restricted_program(  # noqa: E731
-      per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, sampler, groups
-    )
-    run = lambda program, part: program(params, source, keys[part], starts, observe_data)  # noqa: E731
-  else:
-    build = lambda layout, per: components_lib.components_program(  # noqa: E731
-      per_sample_loss, dataclasses.replace(s, num_chains=per), observable, layout, sampler, distinct
-    )
-    run = lambda program, part: program(  # noqa: E731
-      params, source, keys[part], (masks, branch), observe_data
-    )
+  run = lambda program, part: program(*arguments(params, keys[part], observe_data))  # noqa: E731
   state = jax.device_get(
     placement.over_chains_on_devices(s.num_chains, build, run, axis=1, mesh=mesh)
   )

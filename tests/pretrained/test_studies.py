@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mechjax import config
+from mechjax import slt
 from mechjax.align import haar
 from mechjax.data import tokens
 from mechjax.models import pretrained
@@ -189,3 +190,33 @@ def test_pretrained_llc_samples_the_restrictions_it_is_given():
   with pytest.raises(config.ConfigError, match="unknown restriction 'l0x'") as e:
     pretrained_llc.restrictions("l0x", model, params)
   assert tuple(e.value.names) == ("components",)
+
+
+def test_one_draw_is_refused_before_sampling():
+  with pytest.raises(config.ConfigError, match="at least 2: χ is a covariance over the draws"):
+    pretrained_llc.Config().replace(num_draws=1)
+  model, params = pretrained.load(os.path.join(HERE, "gpt_neox"))
+  windows = np.zeros((32, 6), np.int32)
+  with pytest.raises(ValueError, match="num_draws must be at least 2"):
+    slt.estimate_susceptibilities(
+      pretrained.lm_losses(model)[1],
+      params,
+      windows,
+      windows[:1],
+      key=jax.random.key(0),
+      settings=pretrained_llc.Config().sgld,
+      num_draws=1,
+    )
+
+
+def test_the_report_of_one_chain_says_it_has_no_spread():
+  mixing = {"rhat_max": None, "ess_min": None, "share_failing": 0.0}
+  row = dict(llc=1.0, chi_mean=0.1, chi_abs_mean=0.1, chi_se_mean=None, resolved_fraction=0.0)
+  summary = {
+    "model": {"family": "gpt_neox", "layers": 6, "d_model": 512, "parameters": 70},
+    "nbeta": 15.4,
+    "probe_tokens": 504,
+    "components": {"all": {**row, "mixing": mixing}},
+  }
+  lines = pretrained_llc.report(summary)
+  assert lines[1].endswith("one chain: no standard error, R̂ or ESS"), lines

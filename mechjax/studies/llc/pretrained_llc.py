@@ -84,6 +84,15 @@ class Config(config.Settings):
     )
   )
 
+  def validate(self):
+    if self.sgld.num_draws < 2:
+      raise config.ConfigError(
+        ("sgld.num_draws",),
+        "must be at least 2: χ is a covariance over the draws",
+        self.sgld.num_draws,
+      )
+    super().validate()
+
 
 def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Loads the checkpoint and the corpus, samples every component's posterior in one program, and
@@ -205,11 +214,15 @@ def report(summary: dict) -> list[str]:
     f"parameters; nβ = {summary['nbeta']:.1f}, {summary['probe_tokens']} probe tokens"
   ]
   for name, c in summary["components"].items():
-    lines.append(
-      f"  {name:<16} LLC {c['llc']:8.2f} | mean χ {c['chi_mean']:+.3g} | |χ| > 2 s.e. for "
-      f"{100 * c['resolved_fraction']:.0f}% of tokens | R̂ ≤ {c['mixing']['rhat_max']:.3f}, "
-      f"{100 * c['mixing']['share_failing']:.0f}% of tokens fail R̂ or ESS"
-    )
+    if c["mixing"]["rhat_max"] is None:  # one chain: no spread over chains to judge by
+      spread = "one chain: no standard error, R̂ or ESS"
+    else:
+      spread = (
+        f"|χ| > 2 s.e. for {100 * c['resolved_fraction']:.0f}% of tokens | R̂ ≤ "
+        f"{c['mixing']['rhat_max']:.3f}, {100 * c['mixing']['share_failing']:.0f}% of tokens fail "
+        "R̂ or ESS"
+      )
+    lines.append(f"  {name:<16} LLC {c['llc']:8.2f} | mean χ {c['chi_mean']:+.3g} | {spread}")
   return lines
 
 
