@@ -9,9 +9,11 @@ Example::
     tests = align.haar_test(fit.R, jax.random.key(0))
 """
 
+from mechjax.align.haar import HaarReference
 from mechjax.align.haar import eigenangle_density
 from mechjax.align.haar import eigenangles
 from mechjax.align.haar import haar_orthogonal
+from mechjax.align.haar import haar_reference
 from mechjax.align.haar import haar_test
 from mechjax.align.haar import nearest_signed_permutation
 from mechjax.align.haar import privileged_basis_test
@@ -38,7 +40,9 @@ __all__ = [
   "eigenangles",
   "explained_variance",
   "generalized_procrustes",
+  "HaarReference",
   "haar_orthogonal",
+  "haar_reference",
   "haar_test",
   "measure_alignment",
   "nearest_signed_permutation",

@@ -17,6 +17,8 @@ single Haar matrix.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -173,7 +175,59 @@ def _p_value(obs: float, null: np.ndarray, tail: str) -> float:
   return float(min(1.0, 2 * min(upper, lower)))
 
 
-def haar_test(r, key: jax.Array, num_null: int = 199) -> dict[str, dict[str, float]]:
+@dataclasses.dataclass(frozen=True)
+class HaarReference:
+  """What :func:`haar_test` compares a matrix with, for one ``d`` and one coset: the sorted pool of
+  Haar eigen-angles (the reference CDF of the KS statistic) and the statistics of ``num_null`` Haar
+  matrices. It depends on ``d``, the determinant's sign and the key alone, so one reference serves
+  every matrix of that size and coset (every site of a model): build it once with
+  :func:`haar_reference`. The p-values of the matrices tested against one reference are each
+  exact, and dependent on one another through it.
+
+  Args:
+    d: the matrices' size.
+    negative: the coset: determinant −1 (True) or +1.
+    pool: the sorted eigen-angles of the pool's Haar matrices.
+    null: per statistic (:data:`TAILS`' keys), its values on the null's Haar matrices.
+  """
+
+  d: int
+  negative: bool
+  pool: np.ndarray
+  null: dict[str, np.ndarray]
+
+  def angle_cdf(self, x):
+    return np.searchsorted(self.pool, x, side="right") / len(self.pool)
+
+
+def haar_reference(d: int, negative: bool, key: jax.Array, num_null: int = 199) -> HaarReference:
+  """The :class:`HaarReference` of the ``d × d`` orthogonal matrices with determinant −1
+  (``negative``) or +1: ``max(200, 4000 // ⌊d/2⌋)`` Haar matrices for the eigen-angle pool and
+  ``num_null`` for the null, drawn from ``key`` in one call.
+
+  Args:
+    d: the size of the matrices to test.
+    negative: their coset: determinant −1 (True) or +1.
+    key: PRNG key of the pool and the null (what :func:`haar_test` is given as ``key``).
+    num_null: Haar matrices in the null, at least 19.
+  """
+  if int(num_null) < 19:
+    raise ValueError(f"num_null must be >= 19 for a p-value that can reach 0.05; got {num_null}")
+  num_pool = max(200, 4000 // max(d // 2, 1))
+  qs = np.asarray(
+    haar_orthogonal(key, d, special=True, shape=(num_pool + int(num_null),)), np.float64
+  )
+  if negative:  # a new array: with float64 enabled, np.asarray of a JAX array is a read-only view
+    qs = np.concatenate([-qs[:, :, :1], qs[:, :, 1:]], axis=2)
+  pool = np.sort(eigenangles(qs[:num_pool]).ravel())
+  ref = HaarReference(d, bool(negative), pool, {})
+  null = [_statistics(q, ref.angle_cdf) for q in qs[num_pool:]]
+  return dataclasses.replace(ref, null={k: np.array([n[k] for n in null]) for k in TAILS})
+
+
+def haar_test(
+  r, key: jax.Array | None = None, num_null: int = 199, reference: HaarReference | None = None
+) -> dict[str, dict[str, float]]:
   """Tests whether the orthogonal matrix ``r`` looks like a Haar sample from its own coset.
 
   Returns, per statistic, ``{"value", "null_mean", "null_sd", "p_value", "tail"}``. The null is
@@ -184,9 +238,12 @@ def haar_test(r, key: jax.Array, num_null: int = 199) -> dict[str, dict[str, flo
   Args:
     r: the ``(d, d)`` orthogonal matrix to test, ``d ≥ 2`` (array-like; e.g. a fitted Procrustes
       rotation). Its determinant sign picks the coset the null is drawn from.
-    key: PRNG key for the null sample and the eigen-angle reference pool.
+    key: PRNG key for the null sample and the eigen-angle reference pool
+      (:func:`haar_reference`); not used with ``reference``.
     num_null: number of Haar null matrices, at least 19; p-values have resolution
       ``1 / (num_null + 1)``.
+    reference: a :class:`HaarReference` of ``r``'s size and coset, built once for many matrices
+      (the eigen-values of the pool and the null are most of the test's time at large ``d``).
 
   Returns:
     A dict keyed by statistic (``"frobenius_to_identity"``, ``"trace"``,
@@ -200,26 +257,20 @@ def haar_test(r, key: jax.Array, num_null: int = 199) -> dict[str, dict[str, flo
   d = r.shape[0]
   if not np.allclose(r @ r.T, np.eye(d), atol=1e-4 * np.sqrt(d)):
     raise ValueError("r must be orthogonal (r @ r.T = I); fit it with orthogonal_procrustes first")
-  if int(num_null) < 19:
-    raise ValueError(f"num_null must be >= 19 for a p-value that can reach 0.05; got {num_null}")
-  negative = np.linalg.det(r) < 0
-
-  def coset(k, n):
-    q = np.asarray(haar_orthogonal(k, d, special=True, shape=(n,)), np.float64)
-    if negative:  # a new array: with float64 enabled, np.asarray of a JAX array is a read-only view
-      q = np.concatenate([-q[:, :, :1], q[:, :, 1:]], axis=2)
-    return q
-
-  num_pool = max(200, 4000 // max(d // 2, 1))
-  qs = coset(key, num_pool + int(num_null))  # one draw (one compilation) for the pool and the null
-  pool = eigenangles(qs[:num_pool]).ravel()
-  pool.sort()
-  angle_cdf = lambda x: np.searchsorted(pool, x, side="right") / len(pool)
-  observed = _statistics(r, angle_cdf)
-  null = [_statistics(q, angle_cdf) for q in qs[num_pool:]]
+  negative = bool(np.linalg.det(r) < 0)
+  if reference is None:
+    if key is None:
+      raise ValueError("haar_test needs a key, or a reference built with haar_reference")
+    reference = haar_reference(d, negative, key, num_null)
+  elif (reference.d, reference.negative) != (d, negative):
+    raise ValueError(
+      f"the reference is of d={reference.d}, det {'-1' if reference.negative else '+1'}; r is of "
+      f"d={d}, det {'-1' if negative else '+1'}"
+    )
+  observed = _statistics(r, reference.angle_cdf)
   out = {}
   for name, value in observed.items():
-    values = np.array([n[name] for n in null])
+    values = reference.null[name]
     out[name] = {
       "value": value,
       "null_mean": float(values.mean()),

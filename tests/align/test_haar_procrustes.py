@@ -231,3 +231,19 @@ def test_fast_statistics_equal_scipy_and_batched_eigenangles_equal_single():
     np.testing.assert_allclose(
       H.eigenangles(qs), np.stack([H.eigenangles(q) for q in qs]), atol=1e-12
     )
+
+
+def test_a_reference_built_once_gives_each_matrix_the_test_of_its_own_key():
+  d = 8
+  rs = [
+    np.asarray(H.haar_orthogonal(jax.random.key(s), d, special=True), np.float64) for s in (1, 2)
+  ]
+  ref = H.haar_reference(d, False, jax.random.key(0), num_null=39)
+  for r in rs:
+    assert H.haar_test(r, reference=ref) == H.haar_test(r, jax.random.key(0), num_null=39)
+  flipped = rs[0].copy()
+  flipped[:, 0] *= -1
+  with pytest.raises(ValueError, match="the reference is of d=8, det \\+1; r is of d=8, det -1"):
+    H.haar_test(flipped, reference=ref)
+  with pytest.raises(ValueError, match="needs a key, or a reference"):
+    H.haar_test(rs[0])

@@ -11,7 +11,8 @@ norm's output is not a residual site):
   (:func:`mechjax.align.transfer.measure_alignment`);
 * ``‖R − I‖_F`` beside ``√(2d)``, its value for a Haar-random ``R`` (``E tr R = 0``), and the Haar
   tests of :func:`mechjax.align.haar.haar_test` (is ``R`` random, or close to a signed
-  permutation?);
+  permutation?), every site of a coset against one Haar reference (:func:`haar.haar_reference`:
+  its eigen-angle pool and null are drawn once, not at each site);
 * steering transfer, measured in ``B`` (:func:`mechjax.align.transfer.steering_transfer`): the
   steering vector of a next-token concept is the difference of means ``v = mean(x | next token =
   t*) − mean(x | next token ≠ t*)`` on the fit windows, for ``t*`` their most frequent next token.
@@ -94,6 +95,16 @@ def _windows_and_sites(cfg: Config, model_a, model_b):
   return fit_w, held_w, sites
 
 
+def haar_tests(r: np.ndarray, cfg: Config, references: dict) -> dict:
+  """The Haar tests of ``r`` against its coset's reference, drawn once per coset and kept in
+  ``references`` for the other sites (:func:`mechjax.align.haar.haar_reference`)."""
+  negative = bool(np.linalg.det(r) < 0)
+  if negative not in references:
+    key = rng.key(cfg.seed, "haar-test", int(negative))
+    references[negative] = haar.haar_reference(len(r), negative, key, cfg.num_null)
+  return haar.haar_test(r, reference=references[negative])
+
+
 def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Loads both checkpoints and the corpus, fits ``R`` at every residual site, and measures the
   explained variance, the Haar tests and steering transfer on held-out windows."""
@@ -124,7 +135,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   # B's mean log p(target_token) on the held-out windows, with a vector added at a site.
   log_p = steered_log_prob(model_b, params_b, sites, held_w, target_token, cfg.batch_windows)
   clean = log_p(0, np.zeros(d))
-  rows, rotations = {}, {}
+  rows, rotations, references = {}, {}, {}
   for si, site in enumerate(sites):
     ctx.log(f"  {site}")
     xa, xb = acts["a"]["fit"][site], acts["b"]["fit"][site]
@@ -138,7 +149,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
         *(np.asarray(x, np.float64) for x in (v_a, v_b, fit.R, random_v))
       )
       r, numbers, vectors, cosines = jax.device_get((fit.R, numbers, vectors, cosines))
-    tests = haar.haar_test(r, rng.key(cfg.seed, "haar-test", si), num_null=cfg.num_null)
+    tests = haar_tests(r, cfg, references)
     effect = {kind: log_p(si, cfg.steer_scale * v) - clean for kind, v in vectors.items()}
     native = effect["native"]
     rows[site] = {
