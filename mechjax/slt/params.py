@@ -68,8 +68,6 @@ def sampled_part(full_star: Params, param_mask: Params | None, support):
   ``w*``), the rest, the 0/1 mask over the moved leaves, and each moved leaf's noise slot: its
   position among all float leaves, so that a restricted chain draws the unrestricted one's noise."""
   params_star, fixed = split_fixed(full_star, support)
-  float_leaves = [i for i, a in enumerate(jax.tree.leaves(full_star)) if is_float_leaf(a)]
-  slots = [k for k, i in enumerate(float_leaves) if support is None or support[i]]
   if param_mask is None:
     mask = jax.tree.map(jnp.ones_like, params_star)
   else:
@@ -80,4 +78,13 @@ def sampled_part(full_star: Params, param_mask: Params | None, support):
       params_star,
       is_leaf=lambda x: x is None,
     )
-  return params_star, fixed, mask, (np.array(slots, np.int32), len(float_leaves))
+  return params_star, fixed, mask, noise_slots(full_star, support)
+
+
+def noise_slots(full_star: Params, support) -> tuple[np.ndarray, int]:
+  """``(slots, number of float leaves)``: each moved leaf's position among all float leaves of
+  ``full_star`` (its noise key's index), so that a chain that moves fewer leaves draws the
+  unrestricted chain's noise on those it moves."""
+  float_leaves = [i for i, a in enumerate(jax.tree.leaves(full_star)) if is_float_leaf(a)]
+  slots = [k for k, i in enumerate(float_leaves) if support is None or support[i]]
+  return np.array(slots, np.int32), len(float_leaves)

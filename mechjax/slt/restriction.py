@@ -24,9 +24,10 @@ import functools
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from mechjax.slt import langevin
+from mechjax.slt import params as params_lib
 from mechjax.slt.params import is_float_leaf
 
 Params = Any
@@ -58,11 +59,14 @@ class Restriction:
     """The boxes' weights of ``full``: a tree like it with None at each leaf held fixed."""
     leaves, treedef = jax.tree.flatten(full)
     self._check(leaves)
-    cut = [
+    return jax.tree.unflatten(treedef, self._cut(leaves))
+
+  def _cut(self, leaves: list) -> list:
+    """Each box of ``leaves`` (one per leaf, None where the leaf is held fixed)."""
+    return [
       None if s is None else jax.lax.dynamic_slice(a, self._corner(i, a.ndim), s)
       for i, (a, s) in enumerate(zip(leaves, self.sizes))
     ]
-    return jax.tree.unflatten(treedef, cut)
 
   def put(self, full: Params, sampled: Params) -> Params:
     """``full`` with each box replaced by ``sampled``'s leaf (:meth:`take`'s inverse)."""
@@ -81,18 +85,14 @@ class Restriction:
     """Standard normal noise on the boxes: the unrestricted chain's noise
     (:func:`mechjax.slt.langevin.normal_noise`, each float leaf from its own key) cut to each box,
     so that a restricted chain draws what the masked one draws."""
-    if impl != "threefry":
-      key = jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=impl)
-    leaves, treedef = jax.tree.flatten(full)
-    floats = [i for i, a in enumerate(leaves) if is_float_leaf(a)]
-    keys = jax.random.split(key, len(floats))
-    out = [None] * len(leaves)
-    for slot, i in enumerate(floats):
-      s, a = self.sizes[i], leaves[i]
-      if s is not None:
-        z = jax.random.normal(keys[slot], a.shape, a.dtype)
-        out[i] = jax.lax.dynamic_slice(z, self._corner(i, a.ndim), s)
-    return jax.tree.unflatten(treedef, out)
+    support = tuple(s is not None for s in self.sizes)
+    moved = params_lib.split_fixed(full, support)[0]
+    z = langevin.normal_noise(key, moved, params_lib.noise_slots(full, support), impl)
+    draws = iter(jax.tree.leaves(z))  # the moved leaves' noise, in order
+    treedef = jax.tree.structure(full)
+    return jax.tree.unflatten(
+      treedef, self._cut([None if s is None else next(draws) for s in self.sizes])
+    )
 
   def mask(self, params: Params) -> Params:
     """The 0/1 float32 mask of the boxes, full-size (for a driver that samples masks)."""

@@ -28,9 +28,17 @@ def _problem():
   return params, data
 
 
-def _loss(p, b):
+def _per_sample(p, b):
   h = jnp.tanh(jnp.einsum("ni,ijk->nk", b["x"], p["w1"]) + p["b1"][None])
-  return jnp.mean((h @ p["w2"] - b["y"]) ** 2)
+  return jnp.mean((h @ p["w2"] - b["y"]) ** 2, axis=-1)
+
+
+def _loss(p, b):
+  return jnp.mean(_per_sample(p, b))
+
+
+# The LLC and χ calls' sampler: short chains, unmixed (the tests compare two ways of sampling).
+SAMPLER = dict(num_chains=2, num_draws=20, step_size=1e-4, localization=100.0, batch_size=16)
 
 
 def _head_mask(params, head=1):
@@ -109,11 +117,7 @@ def test_the_llc_of_a_box_mask_is_the_llc_of_the_same_mask_sampled_full_size(mon
     data,
     key=jax.random.key(2),
     param_mask=_head_mask(params, head=0),
-    num_chains=2,
-    num_draws=30,
-    step_size=1e-4,
-    localization=100.0,
-    batch_size=16,
+    **SAMPLER,
   )
   with pytest.warns(slt.ChainsNotMixedWarning):
     boxed = call()
@@ -129,10 +133,6 @@ def test_susceptibilities_of_restrictions_are_those_of_their_masks(monkeypatch):
   only (two heads of w1 in one loop of the program), give the χ of the same masks sampled
   full-size, in the components' order."""
   params, data = _problem()
-  per_sample = lambda p, b: jnp.mean(  # noqa: E731
-    (jnp.tanh(jnp.einsum("ni,ijk->nk", b["x"], p["w1"]) + p["b1"][None]) @ p["w2"] - b["y"]) ** 2,
-    axis=-1,
-  )
   parts = {  # the heads first and third: the program's loops return them out of order
     "head_0": _head_mask(params, 0),
     "all": None,
@@ -145,18 +145,14 @@ def test_susceptibilities_of_restrictions_are_those_of_their_masks(monkeypatch):
 
   def call():
     return slt.estimate_susceptibilities(
-      per_sample,
+      _per_sample,
       params,
       data,
       jax.tree.map(lambda a: a[:3], data),
       key=jax.random.key(3),
       components=parts,
-      num_chains=2,
-      num_draws=20,
-      step_size=1e-4,
-      localization=100.0,
-      batch_size=16,
       eval_size=32,
+      **SAMPLER,
     )
 
   boxed = call()
