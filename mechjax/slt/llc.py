@@ -36,6 +36,7 @@ from mechjax import sharding
 from mechjax.slt import inputs
 from mechjax.slt import mixing
 from mechjax.slt import placement
+from mechjax.slt import restriction as restriction_lib
 from mechjax.slt import sgld
 from mechjax.slt import stream
 from mechjax.slt.inputs import Streamed
@@ -276,7 +277,9 @@ def estimate_llc(
     settings: the sampler's settings, an :class:`mechjax.slt.sgld.SGLDSettings` (a study passes
       ``cfg.sgld``); optional when the keywords below give ``step_size``, ``localization`` and
       ``batch_size``.
-    param_mask: 0/1 pytree like ``params``; only the 1s are sampled (the weight-refined LLC).
+    param_mask: 0/1 pytree like ``params``; only the 1s are sampled (the weight-refined LLC). A
+      mask that fills one box per leaf, or a :class:`mechjax.slt.restriction.Restriction`, is
+      sampled with chains that carry the boxes' weights only.
     mesh: a ``jax.sharding.Mesh`` with axes ``chains`` and ``model`` (either may be absent), for a
       model too large to replicate: the chains are split over ``chains`` (which must divide
       ``num_chains``), and ``w*`` and every chain's draw, noise and preconditioner state over
@@ -298,8 +301,7 @@ def estimate_llc(
     mechjax.config.ConfigError: a non-positive step size, nβ, batch size or count (a ValueError).
   """
   s = settings_from(settings, **overrides)
-  if param_mask is not None and jax.tree.structure(param_mask) != jax.tree.structure(params):
-    raise ValueError("param_mask must be a pytree with the same structure as params (0/1 arrays)")
+  restriction_lib.check_param_mask(param_mask, params)
   inputs.check_params(params)
   s, _ = inputs.resolve_data(s, data, loss_fn, params)
   if mesh is not None:
@@ -365,13 +367,8 @@ def estimate_llc_batch(
   leaves = jax.tree.leaves(params_stack)
   num_points = leaves[0].shape[0] if leaves and jnp.ndim(leaves[0]) else 0
   keys = _point_keys(key, num_points)
-  if param_mask is not None:
-    point0 = jax.tree.map(lambda a: a[0], params_stack)
-    if jax.tree.structure(param_mask) != jax.tree.structure(point0):
-      raise ValueError(
-        "param_mask must be a pytree with the structure of one point of params_stack (0/1 arrays)"
-      )
   first = jax.tree.map(lambda a: a[0], params_stack) if num_points else params_stack
+  restriction_lib.check_param_mask(param_mask, first, "one point of params_stack")
   if num_points:
     inputs.check_params(params_stack)
     inputs.check_loss(loss_fn, first, data, s.batch_size)

@@ -196,3 +196,16 @@ def from_boxes(params: Params, *boxes: dict[str, tuple[slice, ...] | None]) -> R
     starts[i, : len(lo)] = lo
     sizes[i] = tuple(b - a for a, b in zip(lo, hi))
   return Restriction(tuple(sizes), starts)
+
+
+def check_param_mask(param_mask, params: Params, what: str = "params") -> None:
+  """Refuses a ``param_mask`` that is neither None, a :class:`Restriction` of ``params``' leaves
+  nor a 0/1 pytree with ``params``' structure, in one line."""
+  if param_mask is None:
+    return
+  if isinstance(param_mask, Restriction):
+    param_mask._check(jax.tree.leaves(params))
+  elif jax.tree.structure(param_mask) != jax.tree.structure(params):
+    raise ValueError(
+      f"param_mask must be a Restriction or a pytree with the structure of {what} (0/1 arrays)"
+    )

@@ -104,7 +104,8 @@ def sample_chains(
       streamed a part at a time (:class:`mechjax.slt.inputs.Streamed`).
     key: the PRNG key; chain ``i`` uses :func:`chain_keys` ``(key, num_chains)[i]``.
     settings: the :class:`SGLDSettings`; ``nbeta`` unset means ``n / ln n`` of ``data``.
-    param_mask: a pytree like ``params_star`` of 0/1: coordinates with 0 stay at ``w*``.
+    param_mask: a pytree like ``params_star`` of 0/1: coordinates with 0 stay at ``w*``; or a
+      :class:`~mechjax.slt.restriction.Restriction` (a box mask is sampled as one).
     accumulator: see :func:`sample_chain`.
     accumulator_data: see :func:`sample_chain`.
     shard: split the chains over the devices: None decides as above, False never does.
@@ -253,9 +254,12 @@ def sample_points(
 
 
 def _restricted(params_star, param_mask):
-  """``(param_mask, support)`` for the programs: a mask whose non-zero entries fill a box in each
-  leaf becomes a :class:`~mechjax.slt.restriction.Restriction` (the chains then carry the boxes
-  only); any other mask stays a mask, with the leaves it touches as its support."""
+  """``(param_mask, support)`` for the programs: a restriction, or a mask whose non-zero entries
+  fill a box in each leaf, which becomes a :class:`~mechjax.slt.restriction.Restriction` (the
+  chains then carry the boxes only); any other mask stays a mask, with the leaves it touches as its
+  support."""
+  if isinstance(param_mask, restriction_lib.Restriction):
+    return param_mask, None
   restricted = restriction_lib.from_mask(params_star, param_mask)
   if restricted is not None:
     return restricted, None

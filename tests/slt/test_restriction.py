@@ -111,20 +111,25 @@ def test_a_restricted_chain_carries_its_boxes_and_draws_what_the_masked_chain_dr
 
 def test_the_llc_of_a_box_mask_is_the_llc_of_the_same_mask_sampled_full_size(monkeypatch):
   params, data = _problem()
-  call = lambda: slt.estimate_llc(  # noqa: E731
+  call = lambda mask=_head_mask(params, head=0): slt.estimate_llc(  # noqa: E731
     _loss,
     params,
     data,
     key=jax.random.key(2),
-    param_mask=_head_mask(params, head=0),
+    param_mask=mask,
     **SAMPLER,
   )
   with pytest.warns(slt.ChainsNotMixedWarning):
     boxed = call()
+  with pytest.warns(slt.ChainsNotMixedWarning):  # the restriction itself, as users may pass it
+    given = call(restriction_lib.from_boxes(params, {"w1": (slice(None), slice(0, 1)), "b1": None}))
   monkeypatch.setattr(restriction_lib, "from_mask", lambda params, mask: None)
   with pytest.warns(slt.ChainsNotMixedWarning):
     masked = call()
   np.testing.assert_allclose(boxed.llc_per_chain, masked.llc_per_chain, rtol=1e-4)
+  np.testing.assert_array_equal(given.llc_per_chain, boxed.llc_per_chain)
+  with pytest.raises(ValueError, match="the restriction has 1 leaves; params has 4"):
+    call(restriction_lib.Restriction(((1,),), np.zeros((1, 1), np.int32)))
 
 
 @expect_unmixed

@@ -113,7 +113,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   total = sum(np.size(x) for x in jax.tree.leaves(params))
   for name, r in components.items():
     sampled = total if r is None else count(r)
-    ctx.log(f"  {name}: {sampled:,} weights ({100 * sampled / total:.2g}% of {total:,})")
+    ctx.log(f"  {name}: {sampled:,} weights ({100 * sampled / total:.3g}% of {total:,})")
 
   def compute():
     result = slt.estimate_susceptibilities(
