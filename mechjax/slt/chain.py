@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from mechjax.slt import langevin
 from mechjax.slt import params as params_lib
+from mechjax.slt import progress
 from mechjax.slt.inputs import is_sampler
 from mechjax.slt.restriction import Restriction
 from mechjax.slt.settings import SGLDSettings
@@ -51,16 +52,18 @@ def _chain_keys(key, num_chains):
   return jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(num_chains))
 
 
-def chain_start(full_star, param_mask, support, accumulator, accumulator_data, place):
+def chain_start(
+  full_star, param_mask, support, accumulator, accumulator_data, place, preconditioned=True
+):
   """A chain's first carry ``(w, v, accumulator state)``: the sampled part of ``w*``
-  (:func:`mechjax.slt.params.sampled_part`), a zero preconditioner state and the accumulator's
-  initial state, each put where ``place`` says (a :class:`Chain`'s ``constrain``, or the
-  identity)."""
+  (:func:`mechjax.slt.params.sampled_part`), a zero preconditioner state (``()`` when not
+  ``preconditioned``: plain SGLD carries none) and the accumulator's initial state, each put where
+  ``place`` says (a :class:`Chain`'s ``constrain``, or the identity)."""
   if isinstance(param_mask, Restriction):
     params_star = param_mask.take(full_star)
   else:
     params_star = params_lib.sampled_part(full_star, param_mask, support)[0]
-  v0 = place(jax.tree.map(jnp.zeros_like, params_star))
+  v0 = place(jax.tree.map(jnp.zeros_like, params_star)) if preconditioned else ()
   acc0 = None if accumulator is None else place(accumulator.init(full_star, accumulator_data))
   return params_star, v0, acc0
 
@@ -89,6 +92,8 @@ class Chain:
     constrain: places every parameter-shaped tree the chain carries or makes, with a ``batch``
       method for each step's batch (:class:`mechjax.sharding.ModelConstraint`); None leaves
       placement to XLA.
+    report_every: report the steps taken to the host every this many steps
+      (:func:`mechjax.slt.progress.tick`); None: no reports.
   """
 
   def __init__(
@@ -106,6 +111,7 @@ class Chain:
     loss_at_star: bool = True,
     support: tuple[bool, ...] | None = None,
     constrain: Callable | None = None,
+    report_every: int | None = None,
   ):
     if settings.nbeta is None:
       raise ValueError(
@@ -117,7 +123,7 @@ class Chain:
     self.data, self.star_losses, self.key, self.settings = data, star_losses, key, settings
     self.full_loss, self.full_star, self.param_mask = loss_fn, params_star, param_mask
     self.accumulator, self.accumulator_data = accumulator, accumulator_data
-    self.loss_at_star, self.support = loss_at_star, support
+    self.loss_at_star, self.support, self.report_every = loss_at_star, support, report_every
     self.place = constrain if constrain is not None else (lambda tree: tree)
     self.place_batch = getattr(constrain, "batch", lambda tree: tree)
     if isinstance(param_mask, Restriction):  # box-sized draws, written into w* for the loss
@@ -146,6 +152,7 @@ class Chain:
       self.accumulator,
       self.accumulator_data,
       self.place,
+      self.settings.rmsprop is not None,
     )
 
   def run_steps(self, carry, steps: jax.Array, batches: Any = None, star: jax.Array | None = None):
@@ -198,6 +205,8 @@ class Chain:
       acc = self.place(self.accumulator.update(acc, full_w, t, self.accumulator_data))
     if s.mala:
       out["acceptance"] = self._acceptance(t, u_w, w, w_new, grad_u, precond, batch)
+    if self.report_every:
+      progress.tick(t, self.report_every)
     return (w_new, v, acc), out
 
   def _acceptance(self, t, u_w, w, w_new, grad_u, precond, batch):
@@ -231,6 +240,7 @@ def sample_chain(
   loss_at_star: bool = True,
   support: tuple[bool, ...] | None = None,
   constrain: Callable | None = None,
+  report_every: int | None = None,
 ):
   """Runs one chain from ``w*`` for ``num_steps`` steps; returns per-step traces (each
   ``(num_steps,)``).
@@ -275,6 +285,7 @@ def sample_chain(
       where ``param_mask`` has a non-zero entry; the draws are those of the unrestricted call,
       noise included (each leaf keeps its key), up to the rounding of the pruned backward pass.
     constrain: see :class:`Chain`.
+    report_every: see :class:`Chain`.
   """
   chain = Chain(
     loss_fn,
@@ -289,6 +300,7 @@ def sample_chain(
     loss_at_star=loss_at_star,
     support=support,
     constrain=constrain,
+    report_every=report_every,
   )
   carry, traces = chain.run_steps(chain.start(), jnp.arange(num_steps))
   if accumulator is not None:

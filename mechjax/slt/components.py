@@ -28,6 +28,7 @@ from mechjax.slt import chain as chain_lib
 from mechjax.slt import langevin
 from mechjax.slt import params as params_lib
 from mechjax.slt import placement
+from mechjax.slt import progress
 from mechjax.slt import restriction as restriction_lib
 from mechjax.slt import stream
 from mechjax.slt.inputs import Streamed
@@ -92,7 +93,7 @@ def component_restrictions(components: dict, params):
   return starts, tuple((sizes, tuple(idx)) for sizes, idx in groups.items())
 
 
-def programs(per_sample_loss, s: SGLDSettings, observable, sampler, data, components, params, mesh):
+def programs(per_sample_loss, s: SGLDSettings, evaluation, sampler, data, components, params, mesh):
   """``(build, arguments)`` for :func:`mechjax.slt.placement.over_chains_on_devices`: how
   :func:`mechjax.slt.susceptibility.estimate_susceptibilities` samples ``components`` (``params``
   already placed on ``mesh``). In memory, restrictions and masks of boxes go to
@@ -108,7 +109,7 @@ def programs(per_sample_loss, s: SGLDSettings, observable, sampler, data, compon
       starts, groups = restricted
       return (
         lambda layout, n: restricted_program(
-          per_sample_loss, per(n), observable, layout, sampler, groups
+          per_sample_loss, per(n), evaluation, layout, sampler, groups
         ),
         lambda params, keys, od: (params, source, keys, starts, od),
       )
@@ -117,27 +118,40 @@ def programs(per_sample_loss, s: SGLDSettings, observable, sampler, data, compon
   if isinstance(data, Streamed):
     union = (tuple(map(any, zip(*distinct))),)
     return (
-      lambda layout, n: StreamedComponents(per_sample_loss, per(n), observable, layout, union),
+      lambda layout, n: StreamedComponents(per_sample_loss, per(n), evaluation, layout, union),
       lambda params, keys, od: (params, data, keys, masks, od),
     )
   return (
     lambda layout, n: components_program(
-      per_sample_loss, per(n), observable, layout, sampler, distinct
+      per_sample_loss, per(n), evaluation, layout, sampler, distinct
     ),
     lambda params, keys, od: (params, source, keys, (masks, branch), od),
   )
 
 
 @dataclasses.dataclass(frozen=True)
+class Evaluation:
+  """How a chain evaluates ``(φ, ΔL)``: the extra observables, every how many draws after burn-in
+  (1: each draw), and in pieces of how many evaluation samples (None: all at once). Hashable, so
+  equal evaluations share one program."""
+
+  observable: Callable | None = None
+  every: int = 1
+  chunk: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ComponentObserve:
   """``(φ, ΔL)`` at a draw: the evaluation-subset loss change (and the extra observables), and every
-  probe's shift ``ℓ_i − L``. Hashable by its functions, so equal calls share one program."""
+  probe's shift ``ℓ_i − L``. Hashable by its functions, so equal calls share one program. With
+  ``chunk``, ``L`` is evaluated ``chunk`` samples at a time (:func:`chunked_mean`)."""
 
   per_sample_loss: Callable
   observable: Callable | None
+  chunk: int | None = None
 
   def __call__(self, w, od):
-    eval_loss = jnp.mean(self.per_sample_loss(w, od["eval"]))
+    eval_loss = chunked_mean(self.per_sample_loss, w, od["eval"], self.chunk)
     probe = self.per_sample_loss(w, od["probes"]).reshape(-1)
     phi = (eval_loss - od["eval_loss_star"])[None]
     if self.observable is not None:
@@ -147,24 +161,43 @@ class ComponentObserve:
     return phi, probe - eval_loss
 
 
-def chain_parts(per_sample_loss, observable, settings: SGLDSettings):
+def chunked_mean(per_sample_loss, w, batch, chunk: int | None) -> jax.Array:
+  """The mean of ``per_sample_loss(w, batch)``, evaluated ``chunk`` samples at a time under a
+  ``lax.map`` (and the rest in one more call) so that one piece's activations are live at a time:
+  the mean of the whole batch, to rounding. None, or a batch of at most ``chunk``: all at once."""
+  n = jax.tree.leaves(batch)[0].shape[0]
+  if chunk is None or n <= chunk:
+    return jnp.mean(per_sample_loss(w, batch))
+  full = n // chunk
+  pieces = jax.tree.map(lambda a: a[: full * chunk].reshape((full, chunk) + a.shape[1:]), batch)
+  total = jnp.sum(jax.lax.map(lambda piece: jnp.mean(per_sample_loss(w, piece)), pieces)) * chunk
+  if n > full * chunk:
+    rest = jax.tree.map(lambda a: a[full * chunk :], batch)
+    total = total + jnp.mean(per_sample_loss(w, rest)) * (n - full * chunk)
+  return total / n
+
+
+def chain_parts(per_sample_loss, evaluation: Evaluation, settings: SGLDSettings):
   """What every component's chain runs on: the SGLD loss (the mean of ``per_sample_loss``) and the
-  accumulator of the ``(φ, ΔL)`` moments after burn-in."""
-  observe = ComponentObserve(per_sample_loss, observable)
-  segments = SEGMENTS if settings.num_draws >= 2 * SEGMENTS else 2
-  accumulator = SegmentedMoments(observe, settings.num_burnin, settings.num_draws, segments)
+  accumulator of the ``(φ, ΔL)`` moments of every ``evaluation.every``-th draw after burn-in."""
+  observe = ComponentObserve(per_sample_loss, evaluation.observable, evaluation.chunk)
+  observed = -(-settings.num_draws // evaluation.every)
+  segments = SEGMENTS if observed >= 2 * SEGMENTS else 2
+  accumulator = SegmentedMoments(
+    observe, settings.num_burnin, settings.num_draws, segments, evaluation.every
+  )
   return langevin.MeanLoss(per_sample_loss), accumulator
 
 
 @functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def components_program(
-  per_sample_loss, settings: SGLDSettings, observable, layout, sampler=None, supports=(None,)
+  per_sample_loss, settings: SGLDSettings, evaluation, layout, sampler=None, supports=(None,)
 ):
   """Every component's chains in one program. ``supports`` are the distinct supports of the
   components' masks (:func:`mechjax.slt.sgld.mask_support`); the masks come with the index of
   their support, and each support is a branch (``lax.switch``) with its own pruned backward
   pass."""
-  loss_fn, accumulator = chain_parts(per_sample_loss, observable, settings)
+  loss_fn, accumulator = chain_parts(per_sample_loss, evaluation, settings)
 
   def run(params, data, keys, masks_and_branch, observe_data):
     source = data if sampler is None else sampler
@@ -184,6 +217,7 @@ def components_program(
         loss_at_star=False,
         support=support,
         constrain=sharding.model_constraint(layout),
+        report_every=progress.ticks(settings.num_steps),
       )["accumulated"]
       return placement.over_chains(chain, how, keys)
 
@@ -202,12 +236,12 @@ def components_program(
 
 @functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
 def restricted_program(
-  per_sample_loss, settings: SGLDSettings, observable, layout, sampler, groups
+  per_sample_loss, settings: SGLDSettings, evaluation, layout, sampler, groups
 ):
   """Every component's chains in one program, each carrying its restriction's boxes only:
   ``groups`` (:func:`component_restrictions`) are loops of the program, one per set of box
   extents, over their components' corners; the outputs come back in the components' order."""
-  loss_fn, accumulator = chain_parts(per_sample_loss, observable, settings)
+  loss_fn, accumulator = chain_parts(per_sample_loss, evaluation, settings)
   order = np.argsort(np.concatenate([idx for _, idx in groups]))
 
   def run(params, data, keys, starts, observe_data):
@@ -219,6 +253,7 @@ def restricted_program(
       chain = lambda k: chain_lib.sample_chain(  # noqa: E731
         loss_fn, params, source, k, settings.num_steps, settings, restricted, accumulator,
         observe_data, loss_at_star=False, constrain=sharding.model_constraint(layout),
+        report_every=progress.ticks(settings.num_steps),
       )["accumulated"]  # fmt: skip
       return placement.over_chains(chain, how, keys)
 
@@ -232,18 +267,18 @@ def restricted_program(
 
 
 @functools.lru_cache(maxsize=placement.PROGRAM_CACHE_SIZE)
-def streamed_programs(per_sample_loss, settings: SGLDSettings, observable, layout, supports):
+def streamed_programs(per_sample_loss, settings: SGLDSettings, evaluation, layout, supports):
   """:func:`components_program` for data streamed from the host (:mod:`mechjax.slt.stream`): a
   program for the chains' first carries, ``(components, chains, ...)``, and one for a part of
   steps on gathered batches, shared by every component (their chains have the same keys). One
   support for all the components (the carries must have one shape)."""
-  loss_fn, accumulator = chain_parts(per_sample_loss, observable, settings)
+  loss_fn, accumulator = chain_parts(per_sample_loss, evaluation, settings)
   how, (support,) = placement.chain_loop(settings), supports
 
   def start(params, keys, masks, observe_data):
     place = sharding.model_constraint(layout) or (lambda tree: tree)
     first = lambda mask: chain_lib.chain_start(  # noqa: E731
-      params, mask, support, accumulator, observe_data, place
+      params, mask, support, accumulator, observe_data, place, settings.rmsprop is not None
     )
     return placement.over_chains(lambda mask: jax.vmap(lambda _: first(mask))(keys), how, masks)
 
@@ -252,6 +287,7 @@ def streamed_programs(per_sample_loss, settings: SGLDSettings, observable, layou
       return chain_lib.Chain(
         loss_fn, params, key, settings, mask, accumulator, observe_data,
         loss_at_star=False, support=support, constrain=sharding.model_constraint(layout),
+        report_every=progress.ticks(settings.num_steps),
       ).run_steps(carry, steps, batches)[0]  # fmt: skip
 
     per_component = lambda mask, carry: placement.over_chains(  # noqa: E731
@@ -272,10 +308,10 @@ class StreamedComponents:
   (:func:`mechjax.slt.stream.run_parts`); called like :func:`components_program`'s program with
   the stacked masks, it returns the same ``(components, chains)`` moments."""
 
-  def __init__(self, per_sample_loss, settings, observable, layout, supports):
+  def __init__(self, per_sample_loss, settings, evaluation, layout, supports):
     self.settings = settings
     self.start, self.part = streamed_programs(
-      per_sample_loss, settings, observable, layout, supports
+      per_sample_loss, settings, evaluation, layout, supports
     )
 
   def __call__(self, params, streamed, keys, masks, observe_data):

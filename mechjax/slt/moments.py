@@ -183,12 +183,15 @@ def product_moments(sums: PowerSums) -> tuple[np.ndarray, np.ndarray, np.ndarray
 class SegmentedMoments:
   """:class:`StreamedMoments` that also keeps :class:`PowerSums` of the ``num_draws`` draws after
   ``start`` in ``num_segments`` equal consecutive segments, shifted by the chain's first draw (so
-  the float32 sums lose little to cancellation). Memory: ``4·G·K·M`` more than the moments."""
+  the float32 sums lose little to cancellation). Memory: ``4·G·K·M`` more than the moments. With
+  ``every`` > 1 only the draws ``start, start + every, …`` are observed (thinning: ``observe`` runs
+  on those steps only)."""
 
   observe: Callable[[Any, Any], tuple[jax.Array, jax.Array]]
   start: int
   num_draws: int
   num_segments: int
+  every: int = 1
 
   def init(self, params_star, data) -> SegmentedState:
     mom = StreamedMoments(self.observe, self.start).init(params_star, data)
@@ -215,6 +218,7 @@ class SegmentedMoments:
       sums = jax.tree.map(lambda s, t: s.at[g].add(t), state.sums, terms)
       return SegmentedState(moments_update(state.moments, phi, dloss), a, b, sums)
 
-    if self.start <= 0:
+    if self.start <= 0 and self.every == 1:
       return add(state)
-    return jax.lax.cond(step >= self.start, add, lambda s: s, state)
+    observed = (step >= self.start) & ((step - self.start) % self.every == 0)
+    return jax.lax.cond(observed, add, lambda s: s, state)

@@ -67,8 +67,9 @@ def _start_program(settings, masked: bool, accumulator, layout, support):
   def run(params_star, keys, param_mask, accumulator_data):
     constrain = sharding_lib.model_constraint(layout) or (lambda tree: tree)
     start = lambda _: chain_start(  # noqa: E731
-      params_star, param_mask if masked else None, support, accumulator, accumulator_data, constrain
-    )
+      params_star, param_mask if masked else None, support, accumulator, accumulator_data,
+      constrain, settings.rmsprop is not None,
+    )  # fmt: skip
     return jax.vmap(start)(keys)
 
   return placement.jit_over_chains(run, layout, num_args=4, split_args=(1,))

@@ -191,6 +191,8 @@ def estimate_susceptibilities(
   eval_data: Any = None,
   observable: Callable | None = None,
   observable_data: Any = None,
+  eval_every: int = 1,
+  eval_chunk: int | None = None,
   mesh: Mesh | None = None,
   **overrides: Any,
 ) -> SusceptibilityResult:
@@ -234,6 +236,14 @@ def estimate_susceptibilities(
       susceptibilities are wanted (e.g. a probe-set loss that measures a behaviour), streamed beside
       the loss change. Pass the same function on every call.
     observable_data: the data ``observable`` reads.
+    eval_every: evaluate ``(φ, ΔL)`` (the evaluation subset, the probes and ``observable``) on the
+      draws ``0, k, 2k, …`` after burn-in only, ``k = eval_every``; the chains still take every
+      step. χ and the LLC are then the covariance and the mean over those draws: the same
+      quantities, estimated from ``⌈num_draws / k⌉`` draws per chain. Successive SGLD draws are
+      strongly correlated, so thinning costs little precision while the evaluation, which can
+      cost several gradient steps, costs ``1/k`` as much. The ESS counts the draws observed.
+    eval_chunk: evaluate ``L`` on the evaluation subset this many samples at a time (one piece's
+      activations live at a time; the same ``L`` to rounding); None: all at once.
     mesh: a ``jax.sharding.Mesh`` with axes ``chains`` and ``model`` (either may be absent): the
       chains split over ``chains``; ``w*``, the component masks and every chain's draw, noise,
       preconditioner state and moments over ``model``, each leaf along its largest dimension that
@@ -247,9 +257,14 @@ def estimate_susceptibilities(
   inputs.check_params(params)
   s, sampler = inputs.resolve_data(s, data, per_sample_loss, params, per_sample=True)
   s = placement.with_chain_loop(dataclasses.replace(s, mala=False), params)
-  if s.num_draws < 2:
+  if not (isinstance(eval_every, int) and eval_every >= 1):
+    raise ValueError(f"eval_every must be an int of at least 1; got {eval_every!r}")
+  if eval_chunk is not None and not (isinstance(eval_chunk, int) and eval_chunk >= 1):
+    raise ValueError(f"eval_chunk must be None or an int of at least 1; got {eval_chunk!r}")
+  if -(-s.num_draws // eval_every) < 2:
     raise ValueError(
-      f"num_draws must be at least 2 (χ is a covariance over draws); got {s.num_draws}"
+      "χ is a covariance over draws: it needs at least 2 observed draws per chain; got "
+      f"num_draws={s.num_draws} with eval_every={eval_every}"
     )
   components = {"all": None} if components is None else dict(components)
   if not components:
@@ -257,8 +272,9 @@ def estimate_susceptibilities(
   if mesh is not None:
     mesh = sharding.sampler_mesh(mesh, s.num_chains)
     params = sharding.place(params, mesh)
+  evaluation = components_lib.Evaluation(observable, eval_every, eval_chunk)
   build, arguments = components_lib.programs(
-    per_sample_loss, s, observable, sampler, data, components, params, mesh
+    per_sample_loss, s, evaluation, sampler, data, components, params, mesh
   )
   eval_data = _eval_batch(data, sampler, eval_data, eval_size, key)
   probe_shape = _output_shape(per_sample_loss, params, probes)

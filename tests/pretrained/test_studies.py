@@ -197,16 +197,18 @@ def test_one_draw_is_refused_before_sampling():
     pretrained_llc.Config().replace(num_draws=1)
   model, params = pretrained.load(os.path.join(HERE, "gpt_neox"))
   windows = np.zeros((32, 6), np.int32)
-  with pytest.raises(ValueError, match="num_draws must be at least 2"):
-    slt.estimate_susceptibilities(
-      pretrained.lm_losses(model)[1],
-      params,
-      windows,
-      windows[:1],
-      key=jax.random.key(0),
-      settings=pretrained_llc.Config().sgld,
-      num_draws=1,
-    )
+  for draws, every in ((1, 1), (5, 5)):  # one draw, or five thinned to one
+    with pytest.raises(ValueError, match=f"got num_draws={draws} with eval_every={every}"):
+      slt.estimate_susceptibilities(
+        pretrained.lm_losses(model)[1],
+        params,
+        windows,
+        windows[:1],
+        key=jax.random.key(0),
+        settings=pretrained_llc.Config().sgld,
+        num_draws=draws,
+        eval_every=every,
+      )
 
 
 def test_the_report_of_one_chain_says_it_has_no_spread():

@@ -12,11 +12,11 @@ from mechjax.slt import susceptibility as sus
 from mechjax.slt.moments import SegmentedMoments
 
 
-def _streamed(phi, dloss, segments):
+def _streamed(phi, dloss, segments, every=1):
   """Runs :class:`SegmentedMoments` over stored draws ``(chains, S, K)`` and ``(chains, S, M)``, as
   the sampler's scan would (two burn-in steps first), and returns its per-chain state."""
   chains, s = phi.shape[:2]
-  acc = SegmentedMoments(lambda w, data: (w[0], w[1]), 2, s, segments)
+  acc = SegmentedMoments(lambda w, data: (w[0], w[1]), 2, s, segments, every)
 
   def chain(p, d):
     def body(state, t):
@@ -69,6 +69,17 @@ def test_the_streamed_diagnostics_are_those_of_the_stored_draws():
   np.testing.assert_allclose(got["rhat"], rhat, rtol=1e-5)
   np.testing.assert_allclose(got["ess"], ess, rtol=1e-3)
   assert got["rhat"].shape == got["ess"].shape == (2, 3)
+
+
+def test_thinned_moments_are_those_of_every_kth_draw():
+  rng = np.random.default_rng(3)
+  phi, dloss = _ar1(0.9, (2, 120, 1), rng), _ar1(0.9, (2, 120, 2), rng)
+  thinned = _streamed(phi, dloss, 4, every=3)
+  kept = _streamed(phi[:, ::3], dloss[:, ::3], 4)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6), thinned, kept)
+  assert float(thinned.moments.count[0]) == 40
+  every = _streamed(phi, dloss, 4)
+  assert not np.allclose(every.moments.comoment, kept.moments.comoment)
 
 
 def test_a_drift_in_the_first_half_is_flagged_and_independent_draws_are_not():

@@ -131,6 +131,25 @@ def test_estimate_susceptibilities_matches_the_exact_response_of_the_training_lo
   assert abs(res.llc[1]) < 1e-5  # L(w*) inside and outside the program differ by rounding only
 
 
+@expect_unmixed
+def test_a_chunked_evaluation_subset_gives_the_same_susceptibilities():
+  """``eval_chunk`` evaluates L in pieces (three of 3 samples and a rest of 2 here): the same χ and
+  LLC to rounding; ``eval_every`` observes fewer draws, so χ changes but stays finite."""
+  p, data, per_sample = _gaussian_setup()
+  probes = {"x": data["x"][:2], "y": data["y"][:2]}
+  run = lambda **kw: sus.estimate_susceptibilities(  # noqa: E731
+    per_sample, {"w": jnp.asarray(p.center, jnp.float32)}, data, probes, key=jax.random.key(0),
+    num_chains=2, num_draws=40, step_size=2e-4, nbeta=p.nbeta, localization=p.localization,
+    batch_size=8, eval_size=11, **kw,
+  )  # fmt: skip
+  whole, chunked, thinned = run(), run(eval_chunk=3), run(eval_every=4)
+  np.testing.assert_allclose(chunked.chi, whole.chi, rtol=1e-4, atol=1e-9)
+  np.testing.assert_allclose(chunked.llc, whole.llc, rtol=1e-4)
+  assert np.all(np.isfinite(thinned.chi)) and not np.allclose(thinned.chi, whole.chi)
+  with pytest.raises(ValueError, match="eval_chunk must be None or an int of at least 1; got 0"):
+    run(eval_chunk=0)
+
+
 def test_principal_directions_recover_a_planted_rank_one_structure():
   rng = np.random.default_rng(0)
   u, v = rng.normal(size=4), rng.normal(size=50)

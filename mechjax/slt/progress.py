@@ -1,0 +1,109 @@
+"""Progress of a running sampler program: its chains report the steps they have taken to the host
+while the program runs, and a listener turns the count into a rate and an ETA.
+
+Inside a traced chain, :func:`tick` reports every ``every``-th step through a ``jax.debug.callback``
+(one host call per ``every`` steps per chain; nothing else in the program changes, so the compiled
+program is the same whoever listens). On the host, :func:`listening` installs a function that
+receives the number of chain steps taken since the last call; with no listener the reports are
+dropped. Chains run from several threads (:func:`mechjax.slt.placement.cpu_thread_groups`) report
+under one lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_LOCK = threading.Lock()
+_LISTENERS: list[Callable[[int], None]] = []
+
+
+def ticks(num_steps: int) -> int:
+  """Steps between two reports of one chain: about 25 reports per chain, at least 1 step apart."""
+  return max(1, num_steps // 25)
+
+
+def tick(step: jax.Array, every: int) -> None:
+  """Reports ``every`` steps done when ``step + 1`` is a multiple of ``every`` (inside a traced
+  chain; under ``vmap`` each chain's report counts)."""
+
+  def report(_):
+    jax.debug.callback(_received, jnp.full((), every, jnp.int32))
+
+  jax.lax.cond((step + 1) % every == 0, report, lambda _: None, None)
+
+
+def _received(steps) -> None:
+  done = int(np.sum(steps))
+  with _LOCK:
+    for listener in _LISTENERS:
+      listener(done)
+
+
+@contextlib.contextmanager
+def listening(listener: Callable[[int], None]) -> Iterator[None]:
+  """Calls ``listener(steps)`` with every report of the chains that run inside the block."""
+  with _LOCK:
+    _LISTENERS.append(listener)
+  try:
+    yield
+  finally:
+    with _LOCK:
+      _LISTENERS.remove(listener)
+
+
+class Meter:
+  """A listener that prints one progress line at a time: the part running, the chain steps done of
+  ``total``, the part's rate (from its first report on, so compiling is not counted) and the ETA
+  of the whole run at that rate; at most one line per ``interval`` seconds. ``print_fn`` receives
+  each line."""
+
+  def __init__(self, total: int, print_fn: Callable[[str], None], interval: float = 20.0):
+    self.total, self.print_fn, self.interval = total, print_fn, interval
+    self.done, self.label, self.rate = 0, "", None
+    self._first = self._last = None
+
+  def start(self, label: str) -> None:
+    """Names the part that reports next (``"l1 heads"``, say), whose rate is measured anew."""
+    self.label, self._first = label, None
+
+  def skip(self, steps: int) -> None:
+    """Counts steps done without running them (a part loaded from an earlier run)."""
+    self.done += steps
+
+  def __call__(self, steps: int) -> None:
+    now = time.perf_counter()
+    self.done += steps
+    if self._first is None:  # the first report: the clock of this part starts here
+      self._first = (now, self.done)
+      return
+    self.rate = (self.done - self._first[1]) / max(now - self._first[0], 1e-9)
+    if now - self._first[0] >= 1.0 and (self._last is None or now - self._last >= self.interval):
+      self._last = now
+      self.print_fn(self.line())
+
+  def line(self) -> str:
+    left = (self.total - self.done) / self.rate if self.rate else float("nan")
+    rate = "?" if self.rate is None else f"{self.rate:.3g}"
+    return (
+      f"  {self.label}: {self.done:,}/{self.total:,} chain steps, {rate} steps/s, ETA of the run "
+      f"{duration(left)}"
+    )
+
+
+def duration(seconds: float) -> str:
+  """``"1 h 05 min"``, ``"4 min 10 s"`` or ``"12 s"``."""
+  if not np.isfinite(seconds):
+    return "unknown"
+  s = int(round(seconds))
+  if s >= 3600:
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+  if s >= 60:
+    return f"{s // 60} min {s % 60:02d} s"
+  return f"{s} s"
