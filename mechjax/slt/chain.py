@@ -206,7 +206,7 @@ class Chain:
     if s.mala:
       out["acceptance"] = self._acceptance(t, u_w, w, w_new, grad_u, precond, batch)
     if self.report_every:
-      progress.tick(t, self.report_every)
+      progress.tick(t, self.report_every, s.num_steps)
     return (w_new, v, acc), out
 
   def _acceptance(self, t, u_w, w, w_new, grad_u, precond, batch):

@@ -96,20 +96,21 @@ def over_chains_on_devices(
     axis: the chain axis of the traces, along which the groups' outputs are joined.
     mesh: a mesh with axes ``chains`` and ``model`` (:func:`mechjax.sharding.sampler_mesh`), or
       None. ``build`` gets it as the layout.
-    analyze: instead of running, compile the program for all the chains at once and return its
-      memory analysis (``run`` gets a stand-in for the program that lowers and compiles).
+    analyze: instead of running, compile the program that would run and return its memory
+      analysis (``run`` gets a stand-in for the program that lowers and compiles); a later run
+      reuses the compiled program. On one CPU device in thread groups that is one group's
+      program, and :func:`cpu_thread_groups` of them run at once.
   """
   if mesh is not None:
     layout = sharding_lib.sampler_mesh(mesh, num_chains)
   else:
     lead = sharding_lib.leading_axis(num_chains, "chains", shard)
     layout = None if lead is None else lead.mesh
-  if analyze:
-    program = build(layout, num_chains)
-    return run(lambda *args: program.lower(*args).compile().memory_analysis(), slice(None))
   groups = 1 if layout is not None else cpu_thread_groups(num_chains, shard)
   per = num_chains // groups
   program = build(layout, per)
+  if analyze:
+    return run(lambda *args: program.lower(*args).compile().memory_analysis(), slice(0, per))
   return _in_groups(lambda g: run(program, slice(g * per, (g + 1) * per)), groups, axis)
 
 

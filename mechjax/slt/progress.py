@@ -25,18 +25,23 @@ _LISTENERS: list[Callable[[int], None]] = []
 
 
 def ticks(num_steps: int) -> int:
-  """Steps between two reports of one chain: about 25 reports per chain, at least 1 step apart."""
-  return max(1, num_steps // 25)
+  """Steps between two reports of one chain: about 50 reports per chain, at least 1 step apart."""
+  return max(1, num_steps // 50)
 
 
-def tick(step: jax.Array, every: int) -> None:
-  """Reports ``every`` steps done when ``step + 1`` is a multiple of ``every`` (inside a traced
-  chain; under ``vmap`` each chain's report counts)."""
+def tick(step: jax.Array, every: int, num_steps: int) -> None:
+  """Reports the steps done since the chain's last report after its first step, after every step
+  ``t`` with ``t + 1`` a multiple of ``every``, and after its last step ``num_steps − 1`` (inside
+  a traced chain; under ``vmap`` each chain's report counts): every step is counted once, and the
+  first report marks when the chain started, after compiling."""
+  previous = jnp.maximum(1, (step // every) * every)
+  done = jnp.where(step == 0, 1, step + 1 - previous).astype(jnp.int32)
+  due = (step == 0) | ((step + 1) % every == 0) | (step == num_steps - 1)
 
   def report(_):
-    jax.debug.callback(_received, jnp.full((), every, jnp.int32))
+    jax.debug.callback(_received, done)
 
-  jax.lax.cond((step + 1) % every == 0, report, lambda _: None, None)
+  jax.lax.cond(due, report, lambda _: None, None)
 
 
 def _received(steps) -> None:
@@ -87,6 +92,11 @@ class Meter:
     if now - self._first[0] >= 1.0 and (self._last is None or now - self._last >= self.interval):
       self._last = now
       self.print_fn(self.line())
+
+  def end(self) -> None:
+    """Prints the line of the part that has just finished."""
+    self.print_fn(self.line())
+    self._last = time.perf_counter()
 
   def line(self) -> str:
     left = (self.total - self.done) / self.rate if self.rate else float("nan")

@@ -194,6 +194,7 @@ def estimate_susceptibilities(
   eval_every: int = 1,
   eval_chunk: int | None = None,
   mesh: Mesh | None = None,
+  analyze: bool = False,
   **overrides: Any,
 ) -> SusceptibilityResult:
   """Per-sample or per-token susceptibilities of model components, with all components sampled at
@@ -249,6 +250,11 @@ def estimate_susceptibilities(
       preconditioner state and moments over ``model``, each leaf along its largest dimension that
       the axis divides, leaves under :data:`mechjax.sharding.MIN_MODEL_SHARDED` entries replicated
       (:func:`mechjax.sharding.model_axis_spec`). None: as described above.
+    analyze: compile the program without running it, and return its memory analysis
+      (``jax.stages.Compiled.memory_analysis()``: argument, output and temporary bytes per
+      device) instead of a result; the run with the same arguments then reuses the program. On
+      one CPU device the chains run in :func:`mechjax.slt.placement.cpu_thread_groups` groups at
+      once, and the analysis is one group's. Not for streamed data.
     settings: the SGLD settings (:class:`mechjax.slt.sgld.SGLDSettings`; ``mala`` is not used).
     **overrides: fields of :class:`~mechjax.slt.sgld.SGLDSettings` replacing those of
       ``settings``, as in :func:`mechjax.slt.llc.estimate_llc` (``num_chains=8``, ``step_size=…``).
@@ -287,6 +293,12 @@ def estimate_susceptibilities(
   }
   keys = chain_lib.chain_keys(key, s.num_chains)
   run = lambda program, part: program(*arguments(params, keys[part], observe_data))  # noqa: E731
+  if analyze:
+    if isinstance(data, Streamed):
+      raise ValueError("analyze measures the in-memory program; pass arrays, not Streamed data")
+    return placement.over_chains_on_devices(
+      s.num_chains, build, run, axis=1, mesh=mesh, analyze=True
+    )
   state = jax.device_get(
     placement.over_chains_on_devices(s.num_chains, build, run, axis=1, mesh=mesh)
   )

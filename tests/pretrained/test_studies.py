@@ -156,6 +156,39 @@ def test_pretrained_llc_end_to_end_and_rerun(tmp_path):
   assert pretrained_llc.run(cfg, tmp_path / "run", progress=False) == summary
 
 
+@expect_unmixed
+def test_pretrained_llc_plans_reports_progress_and_resumes_by_parts(tmp_path, capsys, monkeypatch):
+  cfg = pretrained_llc.Config().replace(
+    model=os.path.join(HERE, "gpt_neox"),
+    corpus=corpus(tmp_path),
+    components="l1h0,l1h1",
+    **TINY_CONFIGS["pretrained_llc"],
+  )
+  first = pretrained_llc.run(cfg, tmp_path / "run", progress=True)
+  out = capsys.readouterr().out
+  assert "restrictions in 2 parts; 2 chains × (5 burn-in + 10 draws) each" in out
+  assert "every 2-th draw (5 per chain)" in out and "memory per device: " in out
+  # A line as each part ends: 2 chains × 15 steps for each of all, l1h0 and l1h1.
+  for done, label in ((30, "1/2 (all)"), (90, "2/2 (l1h0 … l1h1)")):
+    assert f"part {label}: {done}/90 chain steps, " in out, out
+  # An interruption after the first part: the rerun loads it and samples the other.
+  for name in ("susceptibilities.npz", "summary.json", "part-01.npz"):
+    os.remove(tmp_path / "run" / name)
+  calls = []
+  real = slt.estimate_susceptibilities
+  monkeypatch.setattr(
+    slt, "estimate_susceptibilities", lambda *a, **k: calls.append(k) or real(*a, **k)
+  )
+  again = pretrained_llc.run(cfg, tmp_path / "run", progress=False)
+  sampled = [list(k["components"]) for k in calls if not k.get("analyze")]
+  assert sampled == [["l1h0", "l1h1"]]
+  assert again["components"] == first["components"]
+  # A plan that does not fit the device stops before sampling, in one line naming what would fit.
+  monkeypatch.setattr(pretrained_llc, "device_memory", lambda: 1000)
+  with pytest.raises(config.ConfigError, match="the plan needs .* GiB per device for part all"):
+    pretrained_llc.run(cfg, tmp_path / "small", progress=False)
+
+
 def test_site_activations_are_the_sites_of_one_forward_pass_batch_by_batch():
   model, params = pretrained.load(os.path.join(HERE, "gpt2"))
   tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(0), (5, 6), 0, model.arch.vocab_size))

@@ -21,11 +21,25 @@ def test_every_chain_step_of_every_component_is_reported_once():
     sus.estimate_susceptibilities(
       per_sample, params, data, {"x": x[:2], "y": data["y"][:2]}, key=jax.random.key(1),
       components={"all": None, "w0": {"w": jnp.array([1.0, 0.0, 0.0])}}, num_chains=2,
-      num_draws=40, num_burnin=10, step_size=1e-3, localization=10.0, batch_size=8,
+      num_draws=43, num_burnin=10, step_size=1e-3, localization=10.0, batch_size=8,
     )  # fmt: skip
-  # 2 components × 2 chains × 50 steps, in reports of 2 steps (50 // 25).
-  assert sum(reports) == 200 and set(reports) <= {2, 4}, reports
+  # 2 components × 2 chains × 53 steps: after the first step, every step 2k − 1 (53 // 50 = 1
+  # apart: every step) and the last.
+  assert sum(reports) == 4 * 53 and len(reports) == 4 * 53, reports
   assert not progress._LISTENERS  # the listener is gone after the block
+
+
+def test_a_chain_reports_its_first_step_every_kth_and_its_last():
+  reports = []
+
+  @jax.jit
+  def chain(steps):
+    return jax.lax.scan(lambda c, t: (progress.tick(t, 5, 53), None)[::-1], None, steps)
+
+  with progress.listening(reports.append):
+    jax.block_until_ready(chain(jnp.arange(53)))
+  jax.effects_barrier()
+  assert reports == [1, 4] + [5] * 9 + [3], reports
 
 
 def test_the_meter_measures_its_part_from_the_first_report_and_gives_the_eta():

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 
 import jax
 import numpy as np
@@ -35,6 +36,8 @@ from mechjax import sharding
 from mechjax import slt
 from mechjax.data import tokens as tokens_lib
 from mechjax.models import pretrained
+from mechjax.slt import placement
+from mechjax.slt import progress
 from mechjax.slt import restriction as restriction_lib
 from mechjax.slt.settings import SGLDSettings
 from mechjax.studies import frame
@@ -64,6 +67,13 @@ class Config(config.Settings):
   eval_size: int = config.setting(
     256, "Windows in the fixed evaluation subset that defines L.", check=config.at_least(1)
   )
+  eval_every: int = config.setting(
+    0,
+    "Evaluate L and the probes on every k-th draw after burn-in (the chains still take every "
+    "step); 0: the smallest k whose evaluation costs at most one gradient step, a forward pass "
+    "counted as a third of a gradient: k = ceil((eval_size + num_probes) / (3 batch_size)).",
+    check=config.at_least(0),
+  )
   components: str = config.setting(
     "",
     "Weight restrictions sampled besides the whole model, comma-separated: l0h1 (a head), l0g0 (a "
@@ -91,12 +101,28 @@ class Config(config.Settings):
         "must be at least 2: χ is a covariance over the draws",
         self.sgld.num_draws,
       )
+    if -(-self.sgld.num_draws // eval_stride(self)) < 2:
+      raise config.ConfigError(
+        ("sgld.num_draws", "eval_every"),
+        f"evaluating every {eval_stride(self)}-th of {self.sgld.num_draws} draws leaves fewer "
+        "than 2 per chain, and χ is a covariance over them: more draws or a smaller eval_every",
+      )
     super().validate()
 
 
+def eval_stride(cfg: Config) -> int:
+  """Every how many draws L and the probes are evaluated: ``cfg.eval_every``, or when it is 0 the
+  smallest k with ``(eval_size + num_probes) / k ≤ 3·batch_size`` windows (a forward pass costs
+  about a third of a forward and backward pass). At the defaults: 6, one evaluation of 264 windows
+  per 6 gradient steps of 16 windows each."""
+  if cfg.eval_every:
+    return cfg.eval_every
+  return max(1, -(-(cfg.eval_size + cfg.num_probes) // (3 * cfg.sgld.batch_size)))
+
+
 def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
-  """Loads the checkpoint and the corpus, samples every component's posterior in one program, and
-  writes the summary, the susceptibilities and the figure."""
+  """Loads the checkpoint and the corpus, prints the plan, samples the components part by part
+  (each part saved as it finishes), and writes the summary, the susceptibilities and the figure."""
   model, params = pretrained.load(cfg.model)
   if cfg.seq_len > model.arch.max_positions:
     raise config.ConfigError(
@@ -109,34 +135,25 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   probes = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_probes, cfg.seed, "probe-windows")
   pretrained.check_tokens(model.arch, windows)
   components = restrictions(cfg.components, model, params)
-  ctx.log(f"{len(components)} components: sampling {cfg.sgld.num_chains} chains of each")
-  total = sum(np.size(x) for x in jax.tree.leaves(params))
-  for name, r in components.items():
-    sampled = total if r is None else count(r)
-    ctx.log(f"  {name}: {sampled:,} weights ({100 * sampled / total:.3g}% of {total:,})")
+  sample = functools.partial(
+    slt.estimate_susceptibilities,
+    # Jitted: the losses at w* outside the sampler's program are then one program each.
+    jax.jit(functools.partial(pretrained.next_token_losses, model)),
+    params,
+    windows,
+    probes,
+    key=rng.key(cfg.seed, "pretrained-llc"),
+    eval_size=cfg.eval_size,
+    eval_every=eval_stride(cfg),
+    eval_chunk=cfg.sgld.batch_size,
+    settings=cfg.sgld,
+    mesh=sharding.devices_mesh(cfg.model_axis, cfg.sgld.num_chains),
+  )
+  todo = parts(components)
 
   def compute():
-    result = slt.estimate_susceptibilities(
-      # Jitted: the losses at w* outside the sampler's program are then one program each.
-      jax.jit(functools.partial(pretrained.next_token_losses, model)),
-      params,
-      windows,
-      probes,
-      key=rng.key(cfg.seed, "pretrained-llc"),
-      components=components,
-      eval_size=cfg.eval_size,
-      settings=cfg.sgld,
-      mesh=sharding.devices_mesh(cfg.model_axis, cfg.sgld.num_chains),
-    )
-    return {
-      "chi": result.chi[:, 0],
-      "standard_error": result.standard_error[:, 0],
-      "rhat": result.chi_rhat[:, 0],
-      "ess": result.chi_ess[:, 0],
-      "llc": result.llc,
-      "nbeta": result.nbeta,
-      "probes": probes,
-    }
+    plan_run(cfg, ctx, params, components, todo, sample)
+    return {**sample_parts(cfg, ctx, todo, sample), "probes": probes}
 
   sus = ctx.stage("susceptibilities", compute, fmt="npz")
   names = list(components)
@@ -174,6 +191,124 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       "component's LLC is in the results above."
     },
   )
+
+
+def parts(components: dict) -> list[tuple[str, dict]]:
+  """The components in the parts that are sampled one program each, in order: restrictions of one
+  shape (the heads of a layer, say) together, and every other component alone. Each part is saved
+  as it finishes (:func:`sample_parts`), so a rerun resumes after the last finished part."""
+  groups: dict = {}
+  for name, c in components.items():
+    shape = c.sizes if isinstance(c, restriction_lib.Restriction) else ("alone", name)
+    groups.setdefault(shape, {})[name] = c
+  out = []
+  for group in groups.values():
+    names = list(group)
+    out.append((names[0] if len(names) == 1 else f"{names[0]} … {names[-1]}", group))
+  return out
+
+
+def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: list, sample) -> None:
+  """Logs the plan before the first chain step: the parameters, every restriction's weights, the
+  chains and draws, the parts, and the per-device memory of the largest part's compiled program
+  (its memory analysis); stops in one line when that does not fit the device."""
+  total = sum(np.size(x) for x in jax.tree.leaves(params))
+  s, k = cfg.sgld, eval_stride(cfg)
+  ctx.log(
+    f"plan: {total:,} parameters; {len(components)} restrictions in {len(todo)} parts; "
+    f"{s.num_chains} chains × ({s.num_burnin} burn-in + {s.num_draws} draws) each, L and the "
+    f"probes evaluated on every {k}-th draw ({-(-s.num_draws // k)} per chain)"
+  )
+  for name, r in components.items():
+    sampled = total if r is None else count(r)
+    ctx.log(f"  {name}: {sampled:,} weights ({100 * sampled / total:.3g}% of {total:,})")
+  largest = max(todo, key=lambda part: max(map(_weights(total), part[1].values())))
+  memory = sample(components=largest[1], analyze=True)
+  # On one CPU device the chains run as thread groups, each a program with its own temporaries.
+  groups = placement.cpu_thread_groups(s.num_chains) if cfg.model_axis == 1 else 1
+  temporaries = groups * (memory.output_size_in_bytes + memory.temp_size_in_bytes)
+  need, have = memory.argument_size_in_bytes + temporaries, device_memory()
+  ctx.log(
+    f"  memory per device: {need / 2**30:.2f} GiB for the largest part ({largest[0]}: "
+    f"arguments {memory.argument_size_in_bytes / 2**30:.2f}, temporaries "
+    f"{temporaries / 2**30:.2f} in {groups} program{'s' * (groups > 1)} at once) of "
+    f"{have / 2**30:.1f} GiB, from the compiled program's memory analysis"
+  )
+  if need > have:
+    raise config.ConfigError(
+      ["sgld.num_chains", "sgld.batch_size", "components", "model_axis"],
+      f"the plan needs {need / 2**30:.1f} GiB per device for part {largest[0]} and the device "
+      f"has {have / 2**30:.1f} GiB: use fewer chains, a smaller batch_size or a microbatch_size, "
+      "fewer restrictions (--components), or a model axis over more devices (--model_axis)",
+    )
+
+
+def _weights(total: int):
+  return lambda r: total if r is None else count(r)
+
+
+def device_memory() -> int:
+  """Bytes of the first device's memory: its allocator's limit on an accelerator, the machine's
+  physical memory on a CPU."""
+  device = jax.devices()[0]
+  stats = device.memory_stats() if device.platform != "cpu" else None
+  if stats and "bytes_limit" in stats:
+    return int(stats["bytes_limit"])
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def sample_parts(cfg: Config, ctx: frame.Context, todo: list, sample) -> dict:
+  """Samples every part of :func:`parts` as a stage of its own (``part-NN.npz``), with one
+  progress line at a time; a part saved by an earlier run is loaded, not sampled again. Returns
+  the parts' results joined in the components' order."""
+  steps = cfg.sgld.num_chains * cfg.sgld.num_steps
+  meter = progress.Meter(steps * sum(len(group) for _, group in todo), ctx.log)
+  hint = _LaptopHint(meter, ctx)
+  results = []
+  with progress.listening(hint):
+    for i, (label, group) in enumerate(todo):
+      name = f"part-{i:02d}"
+      if os.path.exists(ctx.path(f"{name}.npz")):
+        meter.skip(steps * len(group))
+      meter.start(f"part {i + 1}/{len(todo)} ({label})")
+
+      def compute(group=group):
+        result = sample(components=group)
+        return {
+          "chi": result.chi[:, 0],
+          "standard_error": result.standard_error[:, 0],
+          "rhat": result.chi_rhat[:, 0],
+          "ess": result.chi_ess[:, 0],
+          "llc": result.llc,
+          "nbeta": np.full(len(group), result.nbeta),
+        }
+
+      results.append(ctx.stage(name, compute, fmt="npz"))
+      meter.end()
+  joined = {key: np.concatenate([r[key] for r in results]) for key in results[0]}
+  joined["nbeta"] = float(joined["nbeta"][0])
+  return joined
+
+
+class _LaptopHint:
+  """Passes the chains' reports to the meter, and once the rate is known on a CPU with an ETA over
+  an hour, logs that the run is sized for an accelerator and where the laptop command is."""
+
+  def __init__(self, meter: progress.Meter, ctx: frame.Context):
+    self.meter, self.ctx, self.given = meter, ctx, False
+
+  def __call__(self, steps: int) -> None:
+    self.meter(steps)
+    rate = self.meter.rate
+    if self.given or not rate or jax.default_backend() != "cpu":
+      return
+    self.given = True
+    left = (self.meter.total - self.meter.done) / rate
+    if left > 3600:
+      self.ctx.log(
+        f"  at this rate the run takes {progress.duration(left)} more: these settings are sized "
+        "for an accelerator; docs/pretrained.md gives a command that runs on a laptop CPU"
+      )
 
 
 def restrictions(spec: str, model, params) -> dict:
