@@ -41,6 +41,10 @@ from mechjax.slt.settings import SGLDSettings
 Params = Any
 PROGRAM_CACHE_SIZE = 16
 MAP_MIN_PARAMS = 10_000
+# Models at least this large run their chains in one program on one CPU device, not in thread
+# groups: the groups gained 1.45x with a 37k-parameter model and nothing with a 70M-parameter one
+# (docs/benchmarks.md), where each group's program holds its own parameter-sized temporaries.
+THREAD_GROUPS_MAX_PARAMS = 5_000_000
 
 
 def chain_loop(settings: SGLDSettings, params: Params = None) -> str:
@@ -54,8 +58,12 @@ def chain_loop(settings: SGLDSettings, params: Params = None) -> str:
     return "vmap"
   if params is None:
     return "map"
-  size = sum(int(np.size(a)) for a in jax.tree.leaves(params) if is_float_leaf(a))
-  return "map" if size >= MAP_MIN_PARAMS else "vmap"
+  return "map" if float_size(params) >= MAP_MIN_PARAMS else "vmap"
+
+
+def float_size(params: Params) -> int:
+  """The number of float entries of ``params`` (the weights a sampler can move)."""
+  return sum(int(np.size(a)) for a in jax.tree.leaves(params) if is_float_leaf(a))
 
 
 def with_chain_loop(settings: SGLDSettings, params: Params) -> SGLDSettings:
@@ -80,6 +88,7 @@ def over_chains_on_devices(
   axis: int = 0,
   mesh: Mesh | None = None,
   analyze: bool = False,
+  size: int = 0,
 ):
   """Runs ``num_chains`` chains where they run fastest, the one place that decides it: on the
   caller's ``mesh`` when one is given; else sharded over the devices when their number divides
@@ -100,13 +109,14 @@ def over_chains_on_devices(
       analysis (``run`` gets a stand-in for the program that lowers and compiles); a later run
       reuses the compiled program. On one CPU device in thread groups that is one group's
       program, and :func:`cpu_thread_groups` of them run at once.
+    size: the model's float parameters (:func:`float_size`), for :func:`cpu_thread_groups`.
   """
   if mesh is not None:
     layout = sharding_lib.sampler_mesh(mesh, num_chains)
   else:
     lead = sharding_lib.leading_axis(num_chains, "chains", shard)
     layout = None if lead is None else lead.mesh
-  groups = 1 if layout is not None else cpu_thread_groups(num_chains, shard)
+  groups = 1 if layout is not None else cpu_thread_groups(num_chains, shard, size)
   per = num_chains // groups
   program = build(layout, per)
   if analyze:
@@ -114,15 +124,17 @@ def over_chains_on_devices(
   return _in_groups(lambda g: run(program, slice(g * per, (g + 1) * per)), groups, axis)
 
 
-def cpu_thread_groups(num: int, shard: bool | None = None) -> int:
+def cpu_thread_groups(num: int, shard: bool | None = None, size: int = 0) -> int:
   """Into how many groups to split ``num`` chains that run from separate threads: on a single CPU
   device, XLA runs one program's elementwise work on one core, but two programs called from two
   threads run at once. So when JAX has one device, a CPU, and the process may use several cores,
   the chains are split into the largest number of equal groups, at most one per core, and each
   group's program is called from its own thread (bit for bit the same chains: tested). 1 (no
   split) otherwise, or with ``shard=False``. Several devices are used through sharding instead
-  (:func:`mechjax.use_all_cpu_cores`)."""
-  if shard is False:
+  (:func:`mechjax.use_all_cpu_cores`). A model of ``size`` ≥ :data:`THREAD_GROUPS_MAX_PARAMS`
+  float parameters gets 1: its matrix products already use every core, and each group's program
+  would hold its own parameter-sized temporaries."""
+  if shard is False or size >= THREAD_GROUPS_MAX_PARAMS:
     return 1
   devices = jax.devices()
   if len(devices) != 1 or devices[0].platform != "cpu":

@@ -66,12 +66,14 @@ def listening(listener: Callable[[int], None]) -> Iterator[None]:
 class Meter:
   """A listener that prints one progress line at a time: the part running, the chain steps done of
   ``total``, the part's rate (from its first report on, so compiling is not counted) and the ETA
-  of the whole run at that rate; at most one line per ``interval`` seconds. ``print_fn`` receives
-  each line."""
+  of the whole run at that rate; at most one line per ``interval`` seconds, the first ``settle``
+  seconds after the part's first report. ``print_fn`` receives each line."""
 
-  def __init__(self, total: int, print_fn: Callable[[str], None], interval: float = 20.0):
-    self.total, self.print_fn, self.interval = total, print_fn, interval
-    self.done, self.label, self.rate = 0, "", None
+  def __init__(
+    self, total: int, print_fn: Callable[[str], None], interval: float = 20.0, settle: float = 15.0
+  ):
+    self.total, self.print_fn, self.interval, self.settle = total, print_fn, interval, settle
+    self.done, self.label, self.rate, self.printed = 0, "", None, 0
     self._first = self._last = None
 
   def start(self, label: str) -> None:
@@ -89,13 +91,18 @@ class Meter:
       self._first = (now, self.done)
       return
     self.rate = (self.done - self._first[1]) / max(now - self._first[0], 1e-9)
-    if now - self._first[0] >= 1.0 and (self._last is None or now - self._last >= self.interval):
+    settled = now - self._first[0] >= self.settle  # chains in other threads have reported too
+    if settled and (self._last is None or now - self._last >= self.interval):
       self._last = now
-      self.print_fn(self.line())
+      self._print()
+
+  def _print(self) -> None:
+    self.printed += 1
+    self.print_fn(self.line())
 
   def end(self) -> None:
     """Prints the line of the part that has just finished."""
-    self.print_fn(self.line())
+    self._print()
     self._last = time.perf_counter()
 
   def line(self) -> str:

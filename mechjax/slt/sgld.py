@@ -146,6 +146,7 @@ def sample_chains(
       ),
       shard,
       mesh=mesh,
+      size=placement.float_size(params_star),
     )
   return placement.over_chains_on_devices(
     settings.num_chains,
@@ -165,6 +166,7 @@ def sample_chains(
     shard,
     mesh=mesh,
     analyze=analyze,
+    size=placement.float_size(params_star),
   )
 
 
@@ -249,6 +251,7 @@ def sample_points(
     ),
     shard,
     mesh=mesh,
+    size=placement.float_size(point0),
   )
   return jax.tree.map(lambda a: a.reshape(num_points, c, *a.shape[1:]), traces)
 

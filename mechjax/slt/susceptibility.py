@@ -293,14 +293,15 @@ def estimate_susceptibilities(
   }
   keys = chain_lib.chain_keys(key, s.num_chains)
   run = lambda program, part: program(*arguments(params, keys[part], observe_data))  # noqa: E731
+  size = placement.float_size(params)
   if analyze:
     if isinstance(data, Streamed):
       raise ValueError("analyze measures the in-memory program; pass arrays, not Streamed data")
     return placement.over_chains_on_devices(
-      s.num_chains, build, run, axis=1, mesh=mesh, analyze=True
+      s.num_chains, build, run, axis=1, mesh=mesh, analyze=True, size=size
     )
   state = jax.device_get(
-    placement.over_chains_on_devices(s.num_chains, build, run, axis=1, mesh=mesh)
+    placement.over_chains_on_devices(s.num_chains, build, run, axis=1, mesh=mesh, size=size)
   )
   mom = state.moments
   per_chain = -np.asarray(moments_covariance(mom))  # (C, chains, K, M)

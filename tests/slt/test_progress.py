@@ -44,7 +44,7 @@ def test_a_chain_reports_its_first_step_every_kth_and_its_last():
 
 def test_the_meter_measures_its_part_from_the_first_report_and_gives_the_eta():
   lines = []
-  meter = progress.Meter(1000, lines.append, interval=0.0)
+  meter = progress.Meter(1000, lines.append, interval=0.0, settle=5.0)
   meter.skip(100)  # a part done in an earlier run
   meter.start("l0 heads")
   meter(10)  # the clock starts: no rate yet, no line

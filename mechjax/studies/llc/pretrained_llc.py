@@ -219,13 +219,17 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
     f"{s.num_chains} chains × ({s.num_burnin} burn-in + {s.num_draws} draws) each, L and the "
     f"probes evaluated on every {k}-th draw ({-(-s.num_draws // k)} per chain)"
   )
-  for name, r in components.items():
-    sampled = total if r is None else count(r)
-    ctx.log(f"  {name}: {sampled:,} weights ({100 * sampled / total:.3g}% of {total:,})")
+  for i, (label, group) in enumerate(todo):
+    sizes = [_weights(total)(r) for r in group.values()]
+    each = f"{len(sizes)} × {sizes[0]:,}" if len(set(sizes)) == 1 else " + ".join(map(str, sizes))
+    share = 100 * sizes[0] / total
+    ctx.log(f"  part {i + 1}: {label}, {each} weights ({share:.3g}% of the model each)")
   largest = max(todo, key=lambda part: max(map(_weights(total), part[1].values())))
   memory = sample(components=largest[1], analyze=True)
   # On one CPU device the chains run as thread groups, each a program with its own temporaries.
-  groups = placement.cpu_thread_groups(s.num_chains) if cfg.model_axis == 1 else 1
+  groups = 1
+  if cfg.model_axis == 1:
+    groups = placement.cpu_thread_groups(s.num_chains, size=placement.float_size(params))
   temporaries = groups * (memory.output_size_in_bytes + memory.temp_size_in_bytes)
   need, have = memory.argument_size_in_bytes + temporaries, device_memory()
   ctx.log(
@@ -298,9 +302,10 @@ class _LaptopHint:
     self.meter, self.ctx, self.given = meter, ctx, False
 
   def __call__(self, steps: int) -> None:
+    printed = self.meter.printed
     self.meter(steps)
     rate = self.meter.rate
-    if self.given or not rate or jax.default_backend() != "cpu":
+    if self.given or self.meter.printed == printed or jax.default_backend() != "cpu":
       return
     self.given = True
     left = (self.meter.total - self.meter.done) / rate
