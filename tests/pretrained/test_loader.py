@@ -137,6 +137,37 @@ def test_both_config_styles_read_the_same_rotary():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("rotary_dim, head_dim", [(3, 12), (5, 6), (4, 12), (6, 6)])
+def test_an_odd_rotary_dimension_rotates_as_transformers_does(rotary_dim, head_dim):
+  """transformers' rotary (GPT-NeoX's, written out in NumPy): ``⌈d/2⌉`` frequencies
+  ``base^(−2i/d)``, a cosine of twice that width, and that many leading dimensions rotated by
+  halves."""
+  from mechjax.models.pretrained import model as model_lib
+
+  x = np.asarray(jax.random.normal(jax.random.key(0), (2, 5, 3, head_dim)), np.float32)
+  inv_freq = 1.0 / (10000.0 ** (np.arange(0, rotary_dim, 2, dtype=np.float32) / rotary_dim))
+  freqs = np.arange(5, dtype=np.float32)[:, None] * inv_freq
+  cos, sin = np.cos(np.c_[freqs, freqs])[None, :, None], np.sin(np.c_[freqs, freqs])[None, :, None]
+  w = cos.shape[-1]
+  rot = x[..., :w]
+  half = np.concatenate([-rot[..., w // 2 :], rot[..., : w // 2]], -1)
+  expected = np.concatenate([rot * cos + half * sin, x[..., w:]], -1)
+  got = model_lib.rotary(jnp.asarray(x), rotary_dim, 10000.0)
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_checkpoint_with_an_odd_rotary_dimension_loads_and_runs(tmp_path):
+  folder = copy("gpt_neox", tmp_path)
+  edit_config(  # head_dim 8: int(3.0) = 3 dimensions, 4 rotated
+    folder,
+    rope_parameters={"partial_rotary_factor": 0.375, "rope_theta": 10000, "rope_type": "default"},
+  )
+  model, params = pretrained.load(folder)
+  assert model.arch.rotary_dim == 3
+  logits = model.apply({"params": params}, jnp.zeros((1, 5), jnp.int32))
+  assert np.all(np.isfinite(logits))
+
+
 def test_bf16_keeps_bf16_weights_and_stays_close():
   model, params = pretrained.load(os.path.join(HERE, "llama_gqa"), dtype=jnp.bfloat16)
   assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(params))
@@ -175,6 +206,11 @@ def edit_config(folder, **changes):
     ),
     ("qwen2", {"use_sliding_window": True}, "sliding attention window"),
     ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
+    (
+      "llama_gqa",
+      {"partial_rotary_factor": 0.5},
+      "partial_rotary_factor=0.5 of head_dim 8 gives a rotary width of 4, not the whole head",
+    ),
     (
       "llama_gqa",
       {"intermediate_size": 50},

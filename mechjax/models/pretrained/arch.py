@@ -42,7 +42,8 @@ class Arch:
     activation: a key of :data:`ACTIVATIONS`.
     gated_mlp: ``down(act(gate(x)) * up(x))`` (SwiGLU) instead of ``down(act(up(x)))``.
     learned_positions: add a learned position embedding (GPT-2); otherwise rotary.
-    rotary_dim: dimensions of each head that rotate (even; 0 without rotary).
+    rotary_dim: ``int(head_dim · partial rotary factor)``, transformers' rotary dimension (0
+      without rotary); ``2·⌈rotary_dim/2⌉`` dimensions of each head rotate.
     rope_theta: the rotary base.
     parallel_residual: attention and MLP both read the block's input (GPT-NeoX).
     qkv_bias, out_bias, mlp_bias: which projections have biases.
@@ -79,6 +80,22 @@ def refuse(what: str) -> None:
   """Raises :class:`CheckpointError` with ``what`` (a line that names the config key or file, and
   what is supported)."""
   raise CheckpointError(what)
+
+
+def rotary_dims(head_dim: int, partial: float, whole_head: bool, key: str) -> int:
+  """``int(head_dim · partial)``, the rotary dimension transformers computes, once checked: the
+  rotated width ``2·⌈d/2⌉`` must fit the head, and a family that multiplies the whole head by the
+  cosine (``whole_head``: Llama, Qwen2) needs it to equal the head. Else one line naming ``key``."""
+  d = int(head_dim * partial)
+  width = 2 * -(-d // 2)
+  if width > head_dim or (whole_head and width != head_dim):
+    refuse(
+      f"config.json: {key}={partial:g} of head_dim {head_dim} gives a rotary width of {width}, "
+      + (f"not the whole head ({head_dim})" if whole_head else f"more than the head ({head_dim})")
+      + ", which transformers cannot run either; supported: a width "
+      + ("equal to the head" if whole_head else "of at most the head")
+    )
+  return d
 
 
 def rope(cfg: dict, default_theta: float, partial_key: str | None = None) -> tuple[float, float]:

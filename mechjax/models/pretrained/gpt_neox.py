@@ -13,6 +13,7 @@ import numpy as np
 
 from mechjax.models.pretrained.arch import Arch
 from mechjax.models.pretrained.arch import rope
+from mechjax.models.pretrained.arch import rotary_dims
 
 ARCHITECTURES = ("GPTNeoXForCausalLM",)
 FAMILIES = ("gpt_neox",)
@@ -39,7 +40,7 @@ def arch(cfg: dict, activation: str, architecture: str) -> Arch:
     activation=activation,
     gated_mlp=False,
     learned_positions=False,
-    rotary_dim=int(head_dim * partial),
+    rotary_dim=rotary_dims(head_dim, partial, False, "rotary_pct"),
     rope_theta=theta,
     parallel_residual=cfg.get("use_parallel_residual", True),
     qkv_bias=cfg.get("attention_bias", True),

@@ -15,6 +15,7 @@ import numpy as np
 from mechjax.models.pretrained.arch import Arch
 from mechjax.models.pretrained.arch import refuse
 from mechjax.models.pretrained.arch import rope
+from mechjax.models.pretrained.arch import rotary_dims
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 FAMILIES = ("llama", "qwen2")
@@ -44,7 +45,7 @@ def arch(cfg: dict, activation: str, architecture: str) -> Arch:
     activation=activation,
     gated_mlp=True,
     learned_positions=False,
-    rotary_dim=int(head_dim * partial),
+    rotary_dim=rotary_dims(head_dim, partial, True, "partial_rotary_factor"),
     rope_theta=theta,
     parallel_residual=False,
     qkv_bias=True if qwen else cfg.get("attention_bias", False),

@@ -61,20 +61,30 @@ class Norm(nn.Module):
 
 
 def rotary(x_BxTxHxd: jax.Array, rotary_dim: int, theta: float) -> jax.Array:
-  """Rotates the first ``rotary_dim`` dimensions of each head by position (module docstring)."""
+  """Rotates the first dimensions of each head by position (module docstring): ``rotary_dim``
+  of them, or ``rotary_dim + 1`` when it is odd. As in transformers, the frequencies are
+  ``base^(−2i/rotary_dim)`` for ``i < ⌈rotary_dim/2⌉`` and the rotated width is twice their number
+  (the width of its cosine); the loader refuses a width larger than the head
+  (:func:`rotary_width`)."""
   if rotary_dim == 0:
     return x_BxTxHxd
   t = x_BxTxHxd.shape[1]
   inv_freq = 1.0 / (theta ** (np.arange(0, rotary_dim, 2, dtype=np.float32) / rotary_dim))
-  angles = np.arange(t, dtype=np.float32)[:, None] * inv_freq[None]  # (T, rotary_dim/2)
+  angles = np.arange(t, dtype=np.float32)[:, None] * inv_freq[None]  # (T, ⌈rotary_dim/2⌉)
   cos = jnp.asarray(np.concatenate([np.cos(angles)] * 2, -1))[None, :, None]
   sin = jnp.asarray(np.concatenate([np.sin(angles)] * 2, -1))[None, :, None]
-  rot, rest = x_BxTxHxd[..., :rotary_dim], x_BxTxHxd[..., rotary_dim:]
+  width = rotary_width(rotary_dim)
+  rot, rest = x_BxTxHxd[..., :width], x_BxTxHxd[..., width:]
   r32 = rot.astype(jnp.float32)
-  half = rotary_dim // 2
+  half = width // 2
   rotated = jnp.concatenate([-r32[..., half:], r32[..., :half]], axis=-1)
   out = (r32 * cos + rotated * sin).astype(x_BxTxHxd.dtype)
   return jnp.concatenate([out, rest], axis=-1)
+
+
+def rotary_width(rotary_dim: int) -> int:
+  """The dimensions of each head that :func:`rotary` rotates: ``2·⌈rotary_dim/2⌉``."""
+  return 2 * -(-rotary_dim // 2)
 
 
 class Attention(nn.Module):
