@@ -135,13 +135,19 @@ def test_the_studies_refuse_different_widths_long_windows_and_too_few_fit_tokens
 
 @expect_unmixed
 @pytest.mark.slow
-def test_pretrained_llc_end_to_end_and_rerun(tmp_path):
+def test_pretrained_llc_end_to_end_plan_progress_and_rerun(tmp_path, capsys, monkeypatch):
   cfg = pretrained_llc.Config().replace(
     model=os.path.join(HERE, "gpt_neox"),
     corpus=corpus(tmp_path),
     **TINY_CONFIGS["pretrained_llc"],
   )
-  summary = pretrained_llc.run(cfg, tmp_path / "run", progress=False)
+  summary = pretrained_llc.run(cfg, tmp_path / "run", progress=True)
+  out = capsys.readouterr().out
+  assert "11 restrictions in 5 parts; 2 chains × (5 burn-in + 10 draws) each" in out
+  assert "every 2-th draw (5 per chain)" in out and "memory per device: " in out
+  # A line as each part ends: 2 chains × 15 steps for all, each layer's 4 heads, each MLP.
+  for done, label in ((30, "1/5 (all)"), (150, "2/5 (attn_0.head_0 … attn_0.head_3)")):
+    assert f"part {label}: {done}/330 chain steps, " in out, out
   comps = summary["components"]
   assert list(comps)[:2] == ["all", "attn_0.head_0"] and len(comps) == 1 + 2 * (4 + 1)
   assert summary["probe_tokens"] == 2 * 7  # two windows of 8 tokens predict 7 each
@@ -154,35 +160,16 @@ def test_pretrained_llc_end_to_end_and_rerun(tmp_path):
   assert lines[0].startswith("  gpt_neox: 2 layers, d_model 32") and len(lines) == 12
   # A finished run is read back, not recomputed.
   assert pretrained_llc.run(cfg, tmp_path / "run", progress=False) == summary
-
-
-@expect_unmixed
-def test_pretrained_llc_plans_reports_progress_and_resumes_by_parts(tmp_path, capsys, monkeypatch):
-  cfg = pretrained_llc.Config().replace(
-    model=os.path.join(HERE, "gpt_neox"),
-    corpus=corpus(tmp_path),
-    components="l1h0,l1h1",
-    **TINY_CONFIGS["pretrained_llc"],
-  )
-  first = pretrained_llc.run(cfg, tmp_path / "run", progress=True)
-  out = capsys.readouterr().out
-  assert "restrictions in 2 parts; 2 chains × (5 burn-in + 10 draws) each" in out
-  assert "every 2-th draw (5 per chain)" in out and "memory per device: " in out
-  # A line as each part ends: 2 chains × 15 steps for each of all, l1h0 and l1h1.
-  for done, label in ((30, "1/2 (all)"), (90, "2/2 (l1h0 … l1h1)")):
-    assert f"part {label}: {done}/90 chain steps, " in out, out
-  # An interruption after the first part: the rerun loads it and samples the other.
-  for name in ("susceptibilities.npz", "summary.json", "part-01.npz"):
+  # An interruption before the last part: the rerun loads the others and samples that one.
+  for name in ("susceptibilities.npz", "summary.json", "part-04.npz"):
     os.remove(tmp_path / "run" / name)
-  calls = []
-  real = slt.estimate_susceptibilities
+  calls, real = [], slt.estimate_susceptibilities
   monkeypatch.setattr(
     slt, "estimate_susceptibilities", lambda *a, **k: calls.append(k) or real(*a, **k)
   )
   again = pretrained_llc.run(cfg, tmp_path / "run", progress=False)
-  sampled = [list(k["components"]) for k in calls if not k.get("analyze")]
-  assert sampled == [["l1h0", "l1h1"]]
-  assert again["components"] == first["components"]
+  assert [list(k["components"]) for k in calls if not k.get("analyze")] == [["mlp_1"]]
+  assert again["components"] == summary["components"]
   # A plan that does not fit the device stops before sampling, in one line naming what would fit.
   monkeypatch.setattr(pretrained_llc, "device_memory", lambda: 1000)
   with pytest.raises(config.ConfigError, match="the plan needs .* GiB per device for part all"):
