@@ -169,8 +169,8 @@ def chunked_mean(per_sample_loss, w, batch, chunk: int | None) -> jax.Array:
   if chunk is None or n <= chunk:
     return jnp.mean(per_sample_loss(w, batch))
   full = n // chunk
-  pieces = jax.tree.map(lambda a: a[: full * chunk].reshape((full, chunk) + a.shape[1:]), batch)
-  total = jnp.sum(jax.lax.map(lambda piece: jnp.mean(per_sample_loss(w, piece)), pieces)) * chunk
+  head = jax.tree.map(lambda a: a[: full * chunk], batch)
+  total = langevin.batch_loss(langevin.MeanLoss(per_sample_loss), w, head, chunk) * (full * chunk)
   if n > full * chunk:
     rest = jax.tree.map(lambda a: a[full * chunk :], batch)
     total = total + jnp.mean(per_sample_loss(w, rest)) * (n - full * chunk)

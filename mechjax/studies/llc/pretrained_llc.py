@@ -220,11 +220,11 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
     f"probes evaluated on every {k}-th draw ({-(-s.num_draws // k)} per chain)"
   )
   for i, (label, group) in enumerate(todo):
-    sizes = [_weights(total)(r) for r in group.values()]
+    sizes = [count(r, total) for r in group.values()]
     each = f"{len(sizes)} × {sizes[0]:,}" if len(set(sizes)) == 1 else " + ".join(map(str, sizes))
     share = 100 * sizes[0] / total
     ctx.log(f"  part {i + 1}: {label}, {each} weights ({share:.3g}% of the model each)")
-  largest = max(todo, key=lambda part: max(map(_weights(total), part[1].values())))
+  largest = max(todo, key=lambda part: max(count(r, total) for r in part[1].values()))
   memory = sample(components=largest[1], analyze=True)
   # On one CPU device the chains run as thread groups, each a program with its own temporaries.
   groups = 1
@@ -245,10 +245,6 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
       f"has {have / 2**30:.1f} GiB: use fewer chains, a smaller batch_size or a microbatch_size, "
       "fewer restrictions (--components), or a model axis over more devices (--model_axis)",
     )
-
-
-def _weights(total: int):
-  return lambda r: total if r is None else count(r)
 
 
 def device_memory() -> int:
@@ -339,8 +335,11 @@ def restrictions(spec: str, model, params) -> dict:
   return out
 
 
-def count(component) -> int:
-  """The weights a component samples: a restriction's, or a mask's non-zero entries."""
+def count(component, total: int = 0) -> int:
+  """The weights a component samples: a restriction's, a mask's non-zero entries, or ``total``
+  for None (the whole model)."""
+  if component is None:
+    return total
   if isinstance(component, restriction_lib.Restriction):
     return component.num_sampled
   return int(sum(np.count_nonzero(m) for m in jax.tree.leaves(component)))
