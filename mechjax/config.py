@@ -459,18 +459,30 @@ class FlatSpec:
   unset: Any
 
 
+def _field_default(f: dataclasses.Field) -> Any:
+  if f.default is not dataclasses.MISSING:
+    return f.default
+  if f.default_factory is not dataclasses.MISSING:
+    return f.default_factory()
+  return REQUIRED
+
+
 @functools.lru_cache(maxsize=None)
 def flat_specs(cls: type) -> tuple[FlatSpec, ...]:
-  """Every setting of ``cls``, nested groups expanded, in field order."""
+  """Every setting of ``cls``, nested groups expanded, in field order; a setting with no default
+  (:data:`REQUIRED`) has that as its spec's default."""
   out = []
-  default = cls()
+  try:
+    default = cls()
+  except TypeError:  # a setting without a default: each field's own default is read instead
+    default = None
 
   def walk(c, inst, prefix, exposed):
     kinds = _kinds(c)
     for f in dataclasses.fields(c):
       meta = f.metadata.get(_META) or _Meta("")
       kind, path = kinds[f.name], (*prefix, f.name)
-      value = getattr(inst, f.name)
+      value = getattr(inst, f.name) if inst is not None else _field_default(f)
       if isinstance(kind.base, type) and issubclass(kind.base, Settings):
         mapping = meta.flags
         walk(kind.base, value, path, (lambda n, m=mapping: n if m is None else m.get(n)))

@@ -95,6 +95,15 @@ def test_replace_and_the_flat_form_name_settings_by_flag():
     Toy().replace(width=100)
 
 
+def test_a_config_with_required_settings_replaces_and_refuses_by_name():
+  from mechjax.slt.settings import SGLDSettings
+
+  s = SGLDSettings(step_size=1e-4, localization=100.0, batch_size=8)  # three have no default
+  assert s.replace(num_chains=2) == dataclasses.replace(s, num_chains=2)
+  with pytest.raises(ConfigError, match="num_chain: not a setting of SGLDSettings"):
+    s.replace(num_chain=2)
+
+
 def test_adding_a_setting_is_one_field():
   @dataclasses.dataclass(frozen=True)
   class Grown(Toy):

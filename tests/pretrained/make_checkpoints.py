@@ -4,12 +4,15 @@ transformers computes on them, for tests/pretrained (which need neither torch no
 Run it where torch and transformers are installed (the ``bench`` extra, or a separate venv:
 ``pip install torch==2.13.0+cpu transformers``), from the repository root::
 
-    python tests/pretrained/make_checkpoints.py
+    python -m tests.pretrained.make_checkpoints
 
 Each ``checkpoints/<name>/`` gets ``config.json`` and ``model.safetensors`` (``save_pretrained``)
 and ``expected.npz``: the token windows, the logits, every residual site (read with forward hooks,
 and ``output_hidden_states`` for the final norm), and the gradient of the mean next-token loss
 with respect to a few weights, under their Hugging Face names (``grad/<key>``).
+
+``checkpoints/grid/<name>/`` holds the same for each config of :data:`tests.pretrained.grid.GRID`
+(one-layer models; the logits and sites, no gradients).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import os
 import numpy as np
 import torch
 import transformers
+
+from tests.pretrained import grid
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints")
 VOCAB = 61
@@ -129,71 +134,103 @@ def blocks(model):
   return layers, attn
 
 
+def outputs(model, tokens, vocab):
+  """transformers' logits, loss and every residual site on ``tokens`` (the loss's gradients are
+  left on the parameters)."""
+  captured = {}
+  layers, attn_of = blocks(model)
+  first = lambda out: out[0] if isinstance(out, tuple) else out
+  hooks = []
+  for l, block in enumerate(layers):
+    for key, module in (
+      ("resid_post", block),
+      ("attn_out", attn_of(block)),
+      ("mlp_out", block.mlp),
+    ):
+      hooks.append(
+        module.register_forward_hook(
+          lambda m, i, o, k=f"{key}_{l}": captured.__setitem__(k, first(o))
+        )
+      )
+  ids = torch.tensor(tokens)
+  out = model(ids, output_hidden_states=True)
+  loss = torch.nn.functional.cross_entropy(
+    out.logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1)
+  )
+  loss.backward()
+  for h in hooks:
+    h.remove()
+  saved = {
+    "tokens": tokens.astype(np.int32),
+    "logits": out.logits.detach().numpy(),
+    "loss": np.float32(loss.item()),
+    "resid_pre_0": out.hidden_states[0].detach().numpy(),
+    "final_norm": out.hidden_states[-1].detach().numpy(),
+  }
+  saved.update({f"site/{k}": v.detach().numpy() for k, v in captured.items()})
+  return saved
+
+
+def build(config, folder, scale=0.15):
+  """A random model of ``config`` (weights perturbed by ``scale``, so that attention is far from
+  uniform), saved to ``folder`` without its generation config."""
+  torch.manual_seed(0)
+  config.torch_dtype = "float32"
+  model = transformers.AutoModelForCausalLM.from_config(config).eval()
+  with torch.no_grad():
+    for p in model.parameters():
+      p.add_(scale * torch.randn_like(p))
+  model.save_pretrained(folder, safe_serialization=True)
+  os.remove(os.path.join(folder, "generation_config.json"))
+  return model
+
+
+def report(name, model, folder):
+  size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+  print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters, {size / 1e3:.0f} kB")
+  return size
+
+
+def rewrite(path, change):
+  """Applies ``change`` to the dict of the JSON file ``path`` in place."""
+  with open(path) as f:
+    cfg = json.load(f)
+  change(cfg)
+  with open(path, "w") as f:
+    json.dump(cfg, f, indent=2)
+
+
+def old_rotary_keys(cfg):
+  rope = cfg.pop("rope_parameters")
+  cfg["rotary_pct"] = rope["partial_rotary_factor"]
+  cfg["rotary_emb_base"] = rope["rope_theta"]
+
+
 def main():
   for name, config in CONFIGS.items():
-    torch.manual_seed(0)
-    config.torch_dtype = "float32"
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():  # larger than the 0.02 init, so that attention is far from uniform
-      for p in model.parameters():
-        p.add_(0.15 * torch.randn_like(p))
     folder = os.path.join(HERE, name)
-    model.save_pretrained(folder, safe_serialization=True)
-    os.remove(os.path.join(folder, "generation_config.json"))
+    model = build(config, folder)
     if name == "gpt_neox_sequential":
-      path = os.path.join(folder, "config.json")
-      with open(path) as f:
-        cfg = json.load(f)
-      rope = cfg.pop("rope_parameters", None) or {}
-      cfg["rotary_pct"] = rope["partial_rotary_factor"]
-      cfg["rotary_emb_base"] = rope["rope_theta"]
-      with open(path, "w") as f:
-        json.dump(cfg, f, indent=2)
+      rewrite(os.path.join(folder, "config.json"), old_rotary_keys)
     tokens = np.random.default_rng(0).integers(0, VOCAB, size=(2, 12))
-    captured = {}
-    layers, attn_of = blocks(model)
-    hooks = []
-    for l, block in enumerate(layers):
-      first = lambda out: out[0] if isinstance(out, tuple) else out
-      hooks.append(
-        block.register_forward_hook(
-          lambda m, i, o, l=l: captured.__setitem__(f"resid_post_{l}", first(o))
-        )
-      )
-      hooks.append(
-        attn_of(block).register_forward_hook(
-          lambda m, i, o, l=l: captured.__setitem__(f"attn_out_{l}", first(o))
-        )
-      )
-      hooks.append(
-        block.mlp.register_forward_hook(
-          lambda m, i, o, l=l: captured.__setitem__(f"mlp_out_{l}", first(o))
-        )
-      )
-    ids = torch.tensor(tokens)
-    out = model(ids, output_hidden_states=True)
-    logits = out.logits
-    loss = torch.nn.functional.cross_entropy(
-      logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1)
-    )
-    loss.backward()
+    saved = outputs(model, tokens, VOCAB)
     params = dict(model.named_parameters())
     if "lm_head.weight" in GRAD_KEYS[name] and "lm_head.weight" not in params:
       raise SystemExit(f"{name}: lm_head.weight is tied")
-    saved = {
-      "tokens": tokens.astype(np.int32),
-      "logits": logits.detach().numpy(),
-      "loss": np.float32(loss.item()),
-      "resid_pre_0": out.hidden_states[0].detach().numpy(),
-      "final_norm": out.hidden_states[-1].detach().numpy(),
-    }
-    saved.update({f"site/{k}": v.detach().numpy() for k, v in captured.items()})
     saved.update({f"grad/{k}": params[k].grad.numpy() for k in GRAD_KEYS[name]})
     np.savez_compressed(os.path.join(folder, "expected.npz"), **saved)
-    for h in hooks:
-      h.remove()
-    size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
-    print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters, {size / 1e3:.0f} kB")
+    report(name, model, folder)
+  total = 0
+  for name, (cls, kwargs) in grid.GRID.items():
+    folder = os.path.join(HERE, "grid", name)
+    model = build(getattr(transformers, cls)(**kwargs), folder)
+    if name == "neox_h3_default_rotary":  # a config.json with no rotary key at all
+      rewrite(os.path.join(folder, "config.json"), lambda cfg: cfg.pop("rope_parameters"))
+    tokens = np.random.default_rng(1).integers(0, grid.VOCAB, size=(1, grid.SEQ))
+    saved = outputs(model, tokens, grid.VOCAB)
+    np.savez_compressed(os.path.join(folder, "expected.npz"), **saved)
+    total += report(f"grid/{name}", model, folder)
+  print(f"grid: {len(grid.GRID)} checkpoints, {total / 1e3:.0f} kB")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import pytest
 from mechjax.models import pretrained
 from mechjax.models.pretrained import families
 from tests.helpers import expect_unmixed
+from tests.pretrained import grid
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints")
 NAMES = ("gpt2", "gpt_neox", "gpt_neox_sequential", "llama_gqa", "qwen2")
@@ -22,6 +23,13 @@ NAMES = ("gpt2", "gpt_neox", "gpt_neox_sequential", "llama_gqa", "qwen2")
 def expected(name):
   with np.load(os.path.join(HERE, name, "expected.npz")) as f:
     return dict(f)
+
+
+def compared_sites(want):
+  """transformers' residual sites in an ``expected.npz``, by mechjax's site names."""
+  compared = {"resid_pre_0": want["resid_pre_0"], "final_norm": want["final_norm"]}
+  compared.update({k[5:]: v for k, v in want.items() if k.startswith("site/")})
+  return compared
 
 
 def max_abs(a, b):
@@ -46,8 +54,7 @@ def test_logits_sites_and_loss_gradients_match_transformers(name):
   assert max_abs(logits, want["logits"]) <= 1e-4
   # The tolerance would catch a wrong model: the logits are far from uniform.
   assert float(np.std(want["logits"])) > 0.1
-  compared = {"resid_pre_0": want["resid_pre_0"], "final_norm": want["final_norm"]}
-  compared.update({k[5:]: v for k, v in want.items() if k.startswith("site/")})
+  compared = compared_sites(want)
   for site, value_ in compared.items():
     assert max_abs(sites[site], value_) <= 1e-4, site
   # Every site the model names was checked, bar resid_pre_l (= resid_post_{l-1}) and resid_mid_l.
@@ -156,16 +163,23 @@ def test_an_odd_rotary_dimension_rotates_as_transformers_does(rotary_dim, head_d
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_a_checkpoint_with_an_odd_rotary_dimension_loads_and_runs(tmp_path):
-  folder = copy("gpt_neox", tmp_path)
-  edit_config(  # head_dim 8: int(3.0) = 3 dimensions, 4 rotated
-    folder,
-    rope_parameters={"partial_rotary_factor": 0.375, "rope_theta": 10000, "rope_type": "default"},
-  )
-  model, params = pretrained.load(folder)
-  assert model.arch.rotary_dim == 3
-  logits = model.apply({"params": params}, jnp.zeros((1, 5), jnp.int32))
-  assert np.all(np.isfinite(logits))
+def test_the_grid_of_configs_matches_transformers():
+  """Each config of the grid (odd and even rotary dimensions, rotary fractions, grouped-query
+  ratios, a head_dim of its own, tied and untied heads, both residual orders, biases on and off)
+  loads and gives transformers' logits and every residual site to 1e-4."""
+  names = sorted(os.listdir(os.path.join(HERE, "grid")))
+  assert names == sorted(grid.GRID)  # every config of the grid has its fixture
+  rotary = set()
+  for name in names:
+    model, params = pretrained.load(os.path.join(HERE, "grid", name))
+    rotary.add(model.arch.rotary_dim)
+    want = expected(os.path.join("grid", name))
+    logits, sites = model.apply({"params": params}, jnp.asarray(want["tokens"]), return_sites=True)
+    assert max_abs(logits, want["logits"]) <= 1e-4, name
+    assert float(np.std(want["logits"])) > 0.1, name
+    for site, value in compared_sites(want).items():
+      assert max_abs(sites[site], value) <= 1e-4, (name, site)
+  assert {1, 3, 5} <= rotary and {2, 6, 12} <= rotary  # odd and even rotary dimensions were met
 
 
 def test_bf16_keeps_bf16_weights_and_stays_close():
@@ -210,6 +224,13 @@ def edit_config(folder, **changes):
       "llama_gqa",
       {"partial_rotary_factor": 0.5},
       "partial_rotary_factor=0.5 of head_dim 8 gives a rotary width of 4, not the whole head",
+    ),
+    ("gpt_neox", {"head_dim": 6}, "head_dim=6 differs from hidden_size / num_attention_heads = 8"),
+    ("gpt2", {"n_head": 3}, "n_embd=32 is not divisible by n_head=3"),
+    (
+      "llama_gqa",
+      {"num_key_value_heads": 3},
+      "num_attention_heads=4 is not divisible by num_key_value_heads=3",
     ),
     (
       "llama_gqa",
@@ -315,38 +336,20 @@ def test_a_folder_without_weights_says_what_it_expected(tmp_path):
 
 
 def test_against_a_live_transformers_model(tmp_path):
-  """Where torch and transformers are installed: a fresh random model of each family, saved and
-  loaded, gives transformers' logits."""
+  """Where torch and transformers are installed: a fresh random model of every config of the grid,
+  saved by transformers and loaded here, gives transformers' logits (the committed fixtures are
+  made the same way, by an older run)."""
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
-  configs = {
-    "gpt2": transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=8, vocab_size=23),
-    "gpt_neox": transformers.GPTNeoXConfig(
-      hidden_size=16,
-      num_hidden_layers=1,
-      num_attention_heads=2,
-      intermediate_size=32,
-      max_position_embeddings=8,
-      vocab_size=23,
-      rotary_pct=0.5,
-    ),
-    "llama": transformers.LlamaConfig(
-      hidden_size=16,
-      num_hidden_layers=1,
-      num_attention_heads=4,
-      num_key_value_heads=1,
-      intermediate_size=24,
-      max_position_embeddings=8,
-      vocab_size=23,
-    ),
-  }
-  tokens = np.arange(12).reshape(2, 6) % 23
-  for name, config in configs.items():
+  tokens = np.arange(2 * grid.SEQ).reshape(2, grid.SEQ) * 7 % grid.VOCAB
+  for name, (cls, kwargs) in grid.GRID.items():
     torch.manual_seed(1)
-    hf = transformers.AutoModelForCausalLM.from_config(config).eval()
-    hf.save_pretrained(tmp_path / name)
+    hf = transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**kwargs))
     with torch.no_grad():
-      want = hf(torch.tensor(tokens)).logits.numpy()
+      for p in hf.parameters():
+        p.add_(0.15 * torch.randn_like(p))
+      want = hf.eval()(torch.tensor(tokens)).logits.numpy()
+    hf.save_pretrained(tmp_path / name)
     model, params = pretrained.load(tmp_path / name)
     assert max_abs(model.apply({"params": params}, jnp.asarray(tokens)), want) <= 1e-4, name
 

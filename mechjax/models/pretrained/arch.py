@@ -98,9 +98,30 @@ def rotary_dims(head_dim: int, partial: float, whole_head: bool, key: str) -> in
   return d
 
 
-def rope(cfg: dict, default_theta: float, partial_key: str | None = None) -> tuple[float, float]:
+def heads_divide(
+  cfg: dict, heads_key: str, width_key: str | None, kv_key: str | None = None
+) -> None:
+  """Refuses, in one line, a width (``width_key``) that the heads do not divide, or query heads
+  that the key/value heads (``kv_key``) do not divide: transformers refuses both, or cannot run
+  them."""
+  heads = cfg[heads_key]
+  width = cfg[width_key] if width_key else heads
+  if width % heads:
+    refuse(f"config.json: {width_key}={width} is not divisible by {heads_key}={heads}")
+  kv = cfg.get(kv_key) if kv_key else None
+  if kv and heads % kv:
+    refuse(
+      f"config.json: {heads_key}={heads} is not divisible by {kv_key}={kv}; supported: query "
+      "heads in equal groups per key/value head"
+    )
+
+
+def rope(
+  cfg: dict, default_theta: float, partial_key: str | None = None, default_partial: float = 1.0
+) -> tuple[float, float]:
   """``(rope_theta, partial_rotary_factor)`` from either config style: transformers v5's
-  ``rope_parameters``, or the keys the hub's checkpoints were saved with."""
+  ``rope_parameters``, or the keys the hub's checkpoints were saved with; ``default_partial``
+  where the config names no fraction (GPT-NeoX's is 0.25, as transformers' config class sets it)."""
   params = cfg.get("rope_parameters") or {}
   scaling = cfg.get("rope_scaling") or {}
   for source in (params, scaling):
@@ -111,4 +132,4 @@ def rope(cfg: dict, default_theta: float, partial_key: str | None = None) -> tup
   partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
   if partial is None and partial_key is not None:
     partial = cfg.get(partial_key)
-  return float(theta), float(1.0 if partial is None else partial)
+  return float(theta), float(default_partial if partial is None else partial)

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from mechjax.models.pretrained.arch import Arch
+from mechjax.models.pretrained.arch import heads_divide
 from mechjax.models.pretrained.arch import refuse
 
 ARCHITECTURES = ("GPT2LMHeadModel",)
@@ -26,6 +27,7 @@ def arch(cfg: dict, activation: str, architecture: str) -> Arch:
       refuse(f"config.json: {key}=true is not implemented; supported: false")
   if cfg.get("scale_attn_weights", True) is not True:
     refuse("config.json: scale_attn_weights=false is not implemented; supported: true")
+  heads_divide(cfg, "n_head", "n_embd")
   d, heads = cfg["n_embd"], cfg["n_head"]
   return Arch(
     family="gpt2",

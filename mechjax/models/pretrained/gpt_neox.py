@@ -12,6 +12,8 @@ from typing import Callable
 import numpy as np
 
 from mechjax.models.pretrained.arch import Arch
+from mechjax.models.pretrained.arch import heads_divide
+from mechjax.models.pretrained.arch import refuse
 from mechjax.models.pretrained.arch import rope
 from mechjax.models.pretrained.arch import rotary_dims
 
@@ -22,9 +24,15 @@ PREFIX = "gpt_neox."
 
 def arch(cfg: dict, activation: str, architecture: str) -> Arch:
   """The :class:`Arch` of a GPT-NeoX ``config.json``."""
+  heads_divide(cfg, "num_attention_heads", "hidden_size")
   d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
-  head_dim = cfg.get("head_dim") or d // heads
-  theta, partial = rope(cfg, 10000.0, "rotary_pct")
+  head_dim = d // heads
+  if cfg.get("head_dim") not in (None, head_dim):
+    refuse(  # transformers' GPT-NeoX attends with hidden_size // heads but rotates head_dim
+      f"config.json: head_dim={cfg['head_dim']} differs from hidden_size / num_attention_heads = "
+      f"{head_dim}, which GPT-NeoX's attention uses; supported: no head_dim, or {head_dim}"
+    )
+  theta, partial = rope(cfg, 10000.0, "rotary_pct", default_partial=0.25)
   return Arch(
     family="gpt_neox",
     vocab_size=cfg["vocab_size"],

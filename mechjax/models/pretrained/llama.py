@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from mechjax.models.pretrained.arch import Arch
+from mechjax.models.pretrained.arch import heads_divide
 from mechjax.models.pretrained.arch import refuse
 from mechjax.models.pretrained.arch import rope
 from mechjax.models.pretrained.arch import rotary_dims
@@ -27,6 +28,8 @@ def arch(cfg: dict, activation: str, architecture: str) -> Arch:
   qwen = architecture == "Qwen2ForCausalLM"
   if cfg.get("use_sliding_window") or (not qwen and cfg.get("sliding_window") is not None):
     refuse("config.json: a sliding attention window is not implemented; supported: full attention")
+  # transformers' Llama config refuses a hidden size the heads do not divide (Qwen2's does not).
+  heads_divide(cfg, "num_attention_heads", None if qwen else "hidden_size", "num_key_value_heads")
   d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
   head_dim = cfg.get("head_dim") or d // heads
   theta, partial = rope(cfg, 10000.0)
