@@ -64,15 +64,21 @@ def listening(listener: Callable[[int], None]) -> Iterator[None]:
 
 
 class Meter:
-  """A listener that prints one progress line at a time: the part running, the chain steps done of
-  ``total``, the part's rate (from its first report on, so compiling is not counted) and the ETA
-  of the whole run at that rate; at most one line per ``interval`` seconds, the first ``settle``
-  seconds after the part's first report. ``print_fn`` receives each line."""
+  """A listener that prints one progress line at a time: the part running, the units (chain steps,
+  say) done of ``total``, the part's rate (from its first report on, so compiling is not counted)
+  and the ETA of the whole run at that rate; at most one line per ``interval`` seconds, the first
+  ``settle`` seconds after the part's first report. ``print_fn`` receives each line."""
 
   def __init__(
-    self, total: int, print_fn: Callable[[str], None], interval: float = 20.0, settle: float = 15.0
+    self,
+    total: int,
+    print_fn: Callable[[str], None],
+    interval: float = 20.0,
+    settle: float = 15.0,
+    unit: str = "chain steps",
   ):
     self.total, self.print_fn, self.interval, self.settle = total, print_fn, interval, settle
+    self.unit = unit
     self.done, self.label, self.rate, self.printed = 0, "", None, 0
     self._first = self._last = None
 
@@ -107,9 +113,14 @@ class Meter:
 
   def line(self) -> str:
     left = (self.total - self.done) / self.rate if self.rate else float("nan")
-    rate = "?" if self.rate is None else f"{self.rate:.3g}"
+    if self.rate is None:
+      rate = "?"
+    elif self.rate >= 1 or self.unit == "chain steps":
+      rate = f"{self.rate:.3g} {self.unit.split()[-1]}/s"
+    else:
+      rate = f"{duration(1 / self.rate)} per {self.unit.split()[-1].rstrip('s')}"
     return (
-      f"  {self.label}: {self.done:,}/{self.total:,} chain steps, {rate} steps/s, ETA of the run "
+      f"  {self.label}: {self.done:,}/{self.total:,} {self.unit}, {rate}, ETA of the run "
       f"{duration(left)}"
     )
 

@@ -2,6 +2,7 @@
 (experiments.pretrained_llc, experiments.pretrained_polymorphism)."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -75,7 +76,7 @@ TINY_CONFIGS = {
 
 
 @pytest.mark.slow
-def test_pretrained_polymorphism_recovers_a_planted_rotation_end_to_end(tmp_path):
+def test_pretrained_polymorphism_recovers_a_planted_rotation_end_to_end(tmp_path, capsys):
   model_a, model_b, q = planted_pair(tmp_path)
   cfg = pretrained_polymorphism.Config().replace(
     model_a=model_a,
@@ -83,8 +84,17 @@ def test_pretrained_polymorphism_recovers_a_planted_rotation_end_to_end(tmp_path
     corpus=corpus(tmp_path),
     **TINY_CONFIGS["pretrained_polymorphism"],
   )
-  summary = pretrained_polymorphism.run(cfg, tmp_path / "run", progress=False)
+  summary = pretrained_polymorphism.run(cfg, tmp_path / "run", progress=True)
   sites = ["resid_pre_0", "resid_mid_0", "resid_post_0", "resid_mid_1", "resid_post_1"]
+  # The plan before the measurements, the Haar reference drawn once, a progress line per site.
+  out = capsys.readouterr().out
+  assert "parameters, d = 32; 5 residual sites; 16 fit and 8 held-out windows of 8 tokens" in out
+  assert "(6 passes)" in out and "(4 forward passes)" in out and "GiB on the device" in out
+  assert "R fitted at 5 sites in " in out
+  # The planted rotation is one matrix, so every site's R is in its coset: one reference.
+  assert len(re.findall(r"Haar reference of the det [+−]1 coset \(d = 32, 19 nulls\)", out)) == 1
+  for i, site in enumerate(sites):
+    assert re.search(rf"  {site}: {i + 1}/5 sites, .* (per site|sites/s), ETA of the run ", out)
   assert list(summary["sites"]) == sites and summary["sqrt_2d"] == 8.0
   rotations = np.load(tmp_path / "run" / "rotations.npz")
   for site, row in summary["sites"].items():

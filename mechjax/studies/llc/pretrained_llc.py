@@ -135,20 +135,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   probes = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_probes, cfg.seed, "probe-windows")
   pretrained.check_tokens(model.arch, windows)
   components = restrictions(cfg.components, model, params)
-  sample = functools.partial(
-    slt.estimate_susceptibilities,
-    # Jitted: the losses at w* outside the sampler's program are then one program each.
-    jax.jit(functools.partial(pretrained.next_token_losses, model)),
-    params,
-    windows,
-    probes,
-    key=rng.key(cfg.seed, "pretrained-llc"),
-    eval_size=cfg.eval_size,
-    eval_every=eval_stride(cfg),
-    eval_chunk=cfg.sgld.batch_size,
-    settings=cfg.sgld,
-    mesh=sharding.devices_mesh(cfg.model_axis, cfg.sgld.num_chains),
-  )
+  sample = sampler(cfg, model, params, windows, probes)
   todo = parts(components)
 
   def compute():
@@ -193,6 +180,28 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   )
 
 
+def sampler(cfg: Config, model, params, windows, probes, mesh=None):
+  """The study's sampler: ``sample(components=..., analyze=False)`` runs (or, with ``analyze``,
+  compiles and returns the memory analysis of) :func:`mechjax.slt.estimate_susceptibilities` on
+  the given components, with the study's settings; ``mesh`` defaults to ``--model_axis``'s."""
+  if mesh is None:
+    mesh = sharding.devices_mesh(cfg.model_axis, cfg.sgld.num_chains)
+  return functools.partial(
+    slt.estimate_susceptibilities,
+    # Jitted: the losses at w* outside the sampler's program are then one program each.
+    jax.jit(functools.partial(pretrained.next_token_losses, model)),
+    params,
+    windows,
+    probes,
+    key=rng.key(cfg.seed, "pretrained-llc"),
+    eval_size=cfg.eval_size,
+    eval_every=eval_stride(cfg),
+    eval_chunk=cfg.sgld.batch_size,
+    settings=cfg.sgld,
+    mesh=mesh,
+  )
+
+
 def parts(components: dict) -> list[tuple[str, dict]]:
   """The components in the parts that are sampled one program each, in order: restrictions of one
   shape (the heads of a layer, say) together, and every other component alone. Each part is saved
@@ -224,7 +233,7 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
     each = f"{len(sizes)} × {sizes[0]:,}" if len(set(sizes)) == 1 else " + ".join(map(str, sizes))
     share = 100 * sizes[0] / total
     ctx.log(f"  part {i + 1}: {label}, {each} weights ({share:.3g}% of the model each)")
-  largest = max(todo, key=lambda part: max(count(r, total) for r in part[1].values()))
+  largest = largest_part(todo, total)
   memory = sample(components=largest[1], analyze=True)
   # On one CPU device the chains run as thread groups, each a program with its own temporaries.
   groups = 1
@@ -245,6 +254,12 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
       f"has {have / 2**30:.1f} GiB: use fewer chains, a smaller batch_size or a microbatch_size, "
       "fewer restrictions (--components), or a model axis over more devices (--model_axis)",
     )
+
+
+def largest_part(todo: list, total: int) -> tuple[str, dict]:
+  """The part of :func:`parts` whose restrictions hold the most weights (the plan's memory is
+  its program's)."""
+  return max(todo, key=lambda part: max(count(r, total) for r in part[1].values()))
 
 
 def device_memory() -> int:

@@ -26,6 +26,7 @@ Outputs: ``summary.json``, ``rotations.npz`` (``R`` per site) and ``figures/alig
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Callable, Sequence
 
 import jax
@@ -40,6 +41,7 @@ from mechjax.align import transfer
 from mechjax.data import tokens as tokens_lib
 from mechjax.models import pretrained
 from mechjax.models import sites as sites_lib
+from mechjax.slt import progress
 from mechjax.studies import frame
 
 NAME = "pretrained_polymorphism"
@@ -95,14 +97,75 @@ def _windows_and_sites(cfg: Config, model_a, model_b):
   return fit_w, held_w, sites
 
 
-def haar_tests(r: np.ndarray, cfg: Config, references: dict) -> dict:
-  """The Haar tests of ``r`` against its coset's reference, drawn once per coset and kept in
-  ``references`` for the other sites (:func:`mechjax.align.haar.haar_reference`)."""
-  negative = bool(np.linalg.det(r) < 0)
-  if negative not in references:
+def fit_sites(cfg: Config, acts: dict, sites: Sequence[str], labels: np.ndarray, ctx) -> dict:
+  """Per site, ``(R, the alignment's numbers, the steering vectors, their cosines)``: the centred
+  Procrustes fit and the held-out explained variance (:func:`transfer.measure_alignment`), and
+  the steering vectors of the concept ``labels`` (one per fit position with a next token) moved
+  through ``R`` (:func:`transfer.steering_transfer`), in float64."""
+  start, fits = time.perf_counter(), {}
+  d = acts["a"]["fit"][sites[0]].shape[1]
+  with_next = lambda x: x.reshape(cfg.fit_windows, cfg.seq_len, d)[:, :-1].reshape(-1, d)
+  for si, site in enumerate(sites):
+    xa, xb = acts["a"]["fit"][site], acts["b"]["fit"][site]
+    v_a, v_b = (transfer.diff_of_means(with_next(x), labels) for x in (xa, xb))
+    random_v = jax.random.normal(rng.key(cfg.seed, "random-steering", si), (d,))
+    with jax.enable_x64(True):  # the fit and the vectors it moves in float64
+      fit, numbers = transfer.measure_alignment(
+        xa, xb, acts["a"]["held"][site], acts["b"]["held"][site], center=True
+      )
+      vectors, cosines = transfer.steering_transfer(
+        *(np.asarray(x, np.float64) for x in (v_a, v_b, fit.R, random_v))
+      )
+      fits[site] = jax.device_get((fit.R, numbers, vectors, cosines))
+  ctx.log(f"  R fitted at {len(sites)} sites in {progress.duration(time.perf_counter() - start)}")
+  return fits
+
+
+def haar_references(cfg: Config, rotations: dict, log=print) -> dict:
+  """The Haar reference (:func:`mechjax.align.haar.haar_reference`) of each coset (``det R < 0``
+  or not) that the fitted ``rotations`` fall in, drawn once each and shared by every site of the
+  coset; ``log`` gets a line with the time each took."""
+  references = {}
+  for negative in sorted({bool(np.linalg.det(r) < 0) for r in rotations.values()}):
+    d, start = len(next(iter(rotations.values()))), time.perf_counter()
     key = rng.key(cfg.seed, "haar-test", int(negative))
-    references[negative] = haar.haar_reference(len(r), negative, key, cfg.num_null)
-  return haar.haar_test(r, reference=references[negative])
+    references[negative] = haar.haar_reference(d, negative, key, cfg.num_null)
+    log(
+      f"  Haar reference of the det {'−' if negative else '+'}1 coset (d = {d}, {cfg.num_null} "
+      f"nulls), for the tests of every site in it: {progress.duration(time.perf_counter() - start)}"
+    )
+  return references
+
+
+def plan(cfg: Config, ctx: frame.Context, params: tuple, sites: Sequence[str], d: int, memory):
+  """Logs the plan before the measurements: the models, the sites, the forward passes, the Haar
+  tests, and the memory (the parameters, the activations kept on the host, and the largest
+  program's memory analysis, :func:`steered_log_prob`'s)."""
+  sizes = [sum(np.size(x) for x in jax.tree.leaves(p)) for p in params]
+  weights = sum(x.nbytes for p in params for x in jax.tree.leaves(p))
+  tokens = (cfg.fit_windows + cfg.held_windows) * cfg.seq_len
+  held_passes = -(-cfg.held_windows // cfg.batch_windows)
+  ctx.log(
+    f"plan: A {sizes[0]:,} and B {sizes[1]:,} parameters, d = {d}; {len(sites)} residual sites; "
+    f"{cfg.fit_windows} fit and {cfg.held_windows} held-out windows of {cfg.seq_len} tokens"
+  )
+  ctx.log(
+    f"  activations: every site of both models on the {tokens:,} tokens, {cfg.batch_windows} "
+    f"windows per forward pass ({2 * -(-tokens // (cfg.batch_windows * cfg.seq_len))} passes)"
+  )
+  ctx.log(
+    f"  per site: a {d} × {d} Procrustes fit in float64, the Haar tests of R (against a "
+    f"reference of {cfg.num_null} null rotations drawn once for each coset, det R = ±1, that the "
+    f"sites' R fall in), and B steered by 4 vectors ({4 * held_passes} forward passes)"
+  )
+  host = 2 * len(sites) * tokens * d * 8  # {a, b} × sites × (fit and held-out tokens), float64
+  device = weights + memory.temp_size_in_bytes + memory.output_size_in_bytes
+  ctx.log(
+    f"  memory: {device / 2**30:.2f} GiB on the device (both models' weights "
+    f"{weights / 2**30:.2f}, the steered forward pass's temporaries "
+    f"{memory.temp_size_in_bytes / 2**30:.2f}, from its memory analysis) and "
+    f"{host / 2**30:.2f} GiB of activations on the host (float64)"
+  )
 
 
 def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
@@ -120,36 +183,25 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       f"{d}, or the rotation is not determined by the fit",
     )
   fit_w, held_w, sites = _windows_and_sites(cfg, model_a, model_b)
-  ctx.log(
-    f"{len(sites)} residual sites, d = {d}; {fit_w.size} fit and {held_w.size} held-out tokens"
-  )
+  # B's mean log p(target_token) on the held-out windows, with a vector added at a site.
+  target_token = np.bincount(fit_w[:, 1:].ravel()).argmax()
+  log_p = steered_log_prob(model_b, params_b, sites, held_w, target_token, cfg.batch_windows)
+  plan(cfg, ctx, (params_a, params_b), sites, d, log_p.memory)
   acts = {  # {model: {split: {site: (windows·seq_len, d)}}}, float64, window-major
     name: site_activations(model, params, {"fit": fit_w, "held": held_w}, sites, cfg.batch_windows)
     for name, model, params in (("a", model_a, params_a), ("b", model_b, params_b))
   }
   # The concept: the fit windows' most frequent next token, labelled at every position but the last
   # of each window (which has no next token in the window).
-  target_token = np.bincount(fit_w[:, 1:].ravel()).argmax()
-  labels = (fit_w[:, 1:] == target_token).ravel()
-  with_next = lambda x: x.reshape(cfg.fit_windows, cfg.seq_len, d)[:, :-1].reshape(-1, d)
-  # B's mean log p(target_token) on the held-out windows, with a vector added at a site.
-  log_p = steered_log_prob(model_b, params_b, sites, held_w, target_token, cfg.batch_windows)
+  fits = fit_sites(cfg, acts, sites, (fit_w[:, 1:] == target_token).ravel(), ctx)
+  references = haar_references(cfg, {site: fit[0] for site, fit in fits.items()}, ctx.log)
   clean = log_p(0, np.zeros(d))
-  rows, rotations, references = {}, {}, {}
-  for si, site in enumerate(sites):
-    ctx.log(f"  {site}")
-    xa, xb = acts["a"]["fit"][site], acts["b"]["fit"][site]
-    v_a, v_b = (transfer.diff_of_means(with_next(x), labels) for x in (xa, xb))
-    random_v = jax.random.normal(rng.key(cfg.seed, "random-steering", si), (d,))
-    with jax.enable_x64(True):  # the fit and the vectors it moves in float64
-      fit, numbers = transfer.measure_alignment(
-        xa, xb, acts["a"]["held"][site], acts["b"]["held"][site], center=True
-      )
-      vectors, cosines = transfer.steering_transfer(
-        *(np.asarray(x, np.float64) for x in (v_a, v_b, fit.R, random_v))
-      )
-      r, numbers, vectors, cosines = jax.device_get((fit.R, numbers, vectors, cosines))
-    tests = haar_tests(r, cfg, references)
+  rows, rotations = {}, {}
+  meter = progress.Meter(len(sites), ctx.log, interval=0, settle=0, unit="sites")
+  meter(0)  # the clock of the sites starts here
+  for si, (site, (r, numbers, vectors, cosines)) in enumerate(fits.items()):
+    meter.label = site
+    tests = haar.haar_test(r, reference=references[bool(np.linalg.det(r) < 0)])
     effect = {kind: log_p(si, cfg.steer_scale * v) - clean for kind, v in vectors.items()}
     native = effect["native"]
     rows[site] = {
@@ -161,6 +213,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       **cosines,
     }
     rotations[site] = r
+    meter(1)
   summary = {
     "models": {
       name: {"family": m.arch.family, "layers": m.arch.num_layers, "directory": directory}
@@ -286,8 +339,10 @@ def steered_log_prob(
   """``log_p(site_index, v)``: the model's mean log-probability of the next token being ``token``,
   over every position of the token ``windows`` ``(B, T)``, with ``v`` added to the residual stream
   at ``sites[site_index]`` (:func:`mechjax.models.sites.steer_at`; a zero ``v`` gives the
-  unsteered value). The windows go ``batch`` at a time through one compiled program for every site
-  and vector, and the batches' means are averaged with their sizes as weights.
+  unsteered value). The windows go ``batch`` at a time through one program for every site and
+  vector, compiled ahead (twice where the last batch is shorter), and the batches' means are
+  averaged with their sizes as weights. ``log_p.memory`` is the full batch's program's memory
+  analysis.
 
   Args:
     model: the model to steer.
@@ -303,13 +358,18 @@ def steered_log_prob(
     logits = model.apply({"params": params}, tokens, steer=sites_lib.steer_at(sites, site_index, v))
     return jnp.mean(jax.nn.log_softmax(logits.astype(jnp.float32))[..., token])
 
-  chunks = [windows[i : i + batch] for i in range(0, len(windows), batch)]
+  chunks = [jnp.asarray(windows[i : i + batch]) for i in range(0, len(windows), batch)]
+  v0, index0 = jnp.zeros(model.arch.d_model, jnp.float32), jnp.int32(0)
+  programs = {  # compiled once per chunk shape; the first's memory analysis is the plan's
+    c.shape: mean_log_p.lower(params, index0, v0, c).compile() for c in chunks[:1] + chunks[-1:]
+  }
 
   def log_p(site_index: int, v) -> float:
-    v = jnp.asarray(v, jnp.float32)
-    vals = [mean_log_p(params, site_index, v, c) for c in chunks]
+    v, index = jnp.asarray(v, jnp.float32), jnp.int32(site_index)
+    vals = [programs[c.shape](params, index, v, c) for c in chunks]
     return np.average(np.asarray(vals), weights=[len(c) for c in chunks])
 
+  log_p.memory = programs[chunks[0].shape].memory_analysis()
   return log_p
 
 
