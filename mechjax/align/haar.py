@@ -220,14 +220,19 @@ def haar_reference(d: int, negative: bool, key: jax.Array, num_null: int = 199) 
   if int(num_null) < 19:
     raise ValueError(f"num_null must be >= 19 for a p-value that can reach 0.05; got {num_null}")
   num_pool = max(200, 4000 // max(d // 2, 1))
-  qs = np.asarray(
-    haar_orthogonal(key, d, special=True, shape=(num_pool + int(num_null),)), np.float64
-  )
-  if negative:  # a new array: with float64 enabled, np.asarray of a JAX array is a read-only view
-    qs = np.concatenate([-qs[:, :, :1], qs[:, :, 1:]], axis=2)
-  pool = np.sort(eigenangles(qs[:num_pool]).ravel())
+  qs = np.asarray(haar_orthogonal(key, d, special=True, shape=(num_pool + int(num_null),)))
+
+  def coset(q):  # float64 copies, in the coset: a few at a time (at d = 512 all are 0.8 GB)
+    q = np.array(q, np.float64)
+    if negative:
+      q[..., :, 0] *= -1
+    return q
+
+  chunk = max(1, 2**24 // (d * d))
+  angles = [eigenangles(coset(qs[i : min(i + chunk, num_pool)])) for i in range(0, num_pool, chunk)]
+  pool = np.sort(np.concatenate(angles, axis=0).ravel())
   ref = HaarReference(d, bool(negative), pool, {})
-  null = [_statistics(q, ref.angle_cdf) for q in qs[num_pool:]]
+  null = [_statistics(coset(q), ref.angle_cdf) for q in qs[num_pool:]]
   return dataclasses.replace(ref, null={k: np.array([n[k] for n in null]) for k in TAILS})
 
 
