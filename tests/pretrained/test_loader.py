@@ -125,6 +125,8 @@ def test_the_chunked_head_is_logsumexp_and_its_gradient_without_the_logits(monke
   # No array of the gradient's program holds a row of the vocabulary for every token.
   shapes = set(program_shapes(jax.make_jaxpr(jax.grad(chunked, (0, 1, 2)))(x, kernel, bias)))
   assert (n, 16) in shapes and not {(n, v), (n, 112), (v, n)} & shapes, sorted(shapes)
+  # Nor a padded, chunked or transposed copy of the unembedding (vocabulary-sized temporaries).
+  assert not {(d, 112), (7, d, 16), (d, 7, 16), (7, 16, d)} & shapes, sorted(shapes)
   assert (n, v) in set(program_shapes(jax.make_jaxpr(jax.grad(direct))(x, kernel, bias)))
   # bf16 params: float32 output, bf16 gradients, close to the float32 values.
   b16 = lambda a: a.astype(jnp.bfloat16)  # noqa: E731

@@ -223,3 +223,28 @@ def test_chains_on_cpu_threads_are_the_chains_of_one_program():
   threads = sgld.sample_points(_loss, stack, data, keys, s)
   assert threads["loss"].shape == (2, 4, 30)
   np.testing.assert_array_equal(np.asarray(one["loss"]), np.asarray(threads["loss"]))
+
+
+def test_a_large_model_s_chains_run_on_one_cpu_device(monkeypatch):
+  """At THREAD_GROUPS_MAX_PARAMS and above, CPU devices do not split the chains (each device's
+  program would hold its own parameter-sized temporaries) unless sharding is asked for."""
+  monkeypatch.setattr(placement, "_all_cpu", lambda: True)
+  big = placement.THREAD_GROUPS_MAX_PARAMS
+  assert (
+    placement.chains_shard(None, big) is False and placement.chains_shard(None, big - 1) is None
+  )
+  assert placement.chains_shard(True, big) is True and placement.chains_shard(False, 10) is False
+  monkeypatch.setattr(placement, "_all_cpu", lambda: False)  # an accelerator splits them
+  assert placement.chains_shard(None, big) is None
+
+
+def test_the_heap_is_released_once_after_a_program_compiles(monkeypatch):
+  released, traced = [], []
+  monkeypatch.setattr(placement, "release_heap", lambda: released.append(1))
+  program = jax.jit(lambda x: traced.append(1) or x * 2)
+  first = placement._heap_released_after_compiling(program)
+  assert float(first(jnp.float32(3.0))) == 6.0 and released == [1]
+  assert float(first(jnp.float32(4.0))) == 8.0 and released == [1]  # compiled once, released once
+  again = placement._heap_released_after_compiling(program)  # the same cached program
+  assert again is program and float(again(jnp.float32(1.0))) == 2.0 and released == [1]
+  assert len(traced) == 1  # the ahead-of-time compile is the one the calls ran

@@ -148,7 +148,8 @@ def logsumexp_head(x_NxD: jax.Array, kernel_DxV: jax.Array, bias_V: jax.Array | 
   """``logsumexp(x @ kernel + bias, axis=-1)``, ``(N,)`` in float32, without ever holding the
   ``(N, vocab)`` logits.
 
-  The vocabulary is taken :data:`VOCAB_CHUNK` columns at a time under ``lax.scan``, with the
+  The vocabulary is taken :data:`VOCAB_CHUNK` columns at a time in a ``fori_loop`` (each chunk a
+  dynamic slice of the unembedding as it is, and each chunk's gradient written into place), with the
   running maximum and rescaled sum of the online softmax normaliser (Milakov & Gimelshein 2018,
   arXiv:1805.02867, algorithm 3). The gradient (a ``custom_vjp``) recomputes each chunk's logits
   and uses ``∂lse/∂logits = softmax(logits)``:
@@ -164,15 +165,25 @@ def logsumexp_head(x_NxD: jax.Array, kernel_DxV: jax.Array, bias_V: jax.Array | 
   return _logsumexp_head(x_NxD, kernel_DxV, bias_V)
 
 
-def _vocab_chunks(kernel_DxV, bias_V):
-  """``(C, D, chunk)`` kernel and ``(C, chunk)`` float32 bias, the last chunk padded with zero
-  columns whose bias is ``-inf`` (they add nothing to the sum)."""
-  d, v = kernel_DxV.shape
-  c = -(-v // VOCAB_CHUNK)
-  pad = c * VOCAB_CHUNK - v
-  kernel = jnp.pad(kernel_DxV, ((0, 0), (0, pad))).reshape(d, c, VOCAB_CHUNK).transpose(1, 0, 2)
-  bias = jnp.pad(bias_V.astype(jnp.float32), (0, pad), constant_values=-jnp.inf)
-  return kernel, bias.reshape(c, VOCAB_CHUNK)
+def _vocab_slices(kernel_DxV, bias_V):
+  """``(full, chunk(i), tail)``: the number of whole :data:`VOCAB_CHUNK`-column chunks, a function
+  giving chunk ``i``'s ``(D, chunk)`` kernel and float32 bias (dynamic slices of the arrays as they
+  are: no padded, reshaped or transposed copy of the unembedding), and the last, shorter chunk's
+  ``(kernel, bias)`` (None when the chunks fill the vocabulary)."""
+  v = kernel_DxV.shape[1]
+  full = v // VOCAB_CHUNK
+  bias_V = bias_V.astype(jnp.float32)
+
+  def chunk(i):
+    start = i * VOCAB_CHUNK
+    return (
+      jax.lax.dynamic_slice_in_dim(kernel_DxV, start, VOCAB_CHUNK, axis=1),
+      jax.lax.dynamic_slice_in_dim(bias_V, start, VOCAB_CHUNK),
+    )
+
+  rest = full * VOCAB_CHUNK
+  tail = (kernel_DxV[:, rest:], bias_V[rest:]) if rest < v else None
+  return full, chunk, tail
 
 
 def _chunk_logits(x_NxD, kernel_DxC, bias_C):
@@ -192,33 +203,46 @@ def _logsumexp_head_fwd(x_NxD, kernel_DxV, bias_V):
     total_N = total_N * jnp.exp(top_N - new_top) + jnp.sum(
       jnp.exp(logits - new_top[:, None]), axis=-1
     )
-    return (new_top, total_N), None
+    return new_top, total_N
 
   n = x_NxD.shape[0]
-  start = (jnp.full((n,), -jnp.inf, jnp.float32), jnp.zeros((n,), jnp.float32))
-  (top_N, total_N), _ = jax.lax.scan(add_chunk, start, _vocab_chunks(kernel_DxV, bias_V))
+  full, chunk, tail = _vocab_slices(kernel_DxV, bias_V)
+  carry = (jnp.full((n,), -jnp.inf, jnp.float32), jnp.zeros((n,), jnp.float32))
+  if full:  # (a vocabulary under one chunk is all tail)
+    carry = jax.lax.fori_loop(0, full, lambda i, c: add_chunk(c, chunk(i)), carry)
+  top_N, total_N = carry if tail is None else add_chunk(carry, tail)
   lse_N = top_N + jnp.log(total_N)
   return lse_N, (x_NxD, kernel_DxV, bias_V, lse_N)
 
 
 def _logsumexp_head_bwd(residuals, g_N):
   x_NxD, kernel_DxV, bias_V, lse_N = residuals
+  x_f32 = x_NxD.T.astype(jnp.float32)
 
-  def chunk_grads(dx_NxD, chunk):
-    kernel_DxC, bias_C = chunk
+  def chunk_grads(start, carry, kernel_DxC, bias_C):
+    dx_NxD, dkernel_DxV, dbias_V = carry
     p_NxC = jnp.exp(_chunk_logits(x_NxD, kernel_DxC, bias_C) - lse_N[:, None]) * g_N[:, None]
     dx_NxD = dx_NxD + jnp.dot(p_NxC, kernel_DxC.T.astype(jnp.float32))
-    dkernel_DxC = jnp.dot(x_NxD.T.astype(jnp.float32), p_NxC)
-    return dx_NxD, (dkernel_DxC, jnp.sum(p_NxC, axis=0))
+    put = jax.lax.dynamic_update_slice_in_dim
+    dkernel_DxV = put(dkernel_DxV, jnp.dot(x_f32, p_NxC), start, axis=1)
+    return dx_NxD, dkernel_DxV, put(dbias_V, jnp.sum(p_NxC, axis=0), start, axis=0)
 
-  dx_NxD = jnp.zeros(x_NxD.shape, jnp.float32)
-  dx_NxD, (dkernel, dbias) = jax.lax.scan(chunk_grads, dx_NxD, _vocab_chunks(kernel_DxV, bias_V))
-  d, v = kernel_DxV.shape
-  dkernel_DxV = dkernel.transpose(1, 0, 2).reshape(d, -1)[:, :v]
+  full, chunk, tail = _vocab_slices(kernel_DxV, bias_V)
+  carry = (
+    jnp.zeros(x_NxD.shape, jnp.float32),
+    jnp.zeros(kernel_DxV.shape, jnp.float32),
+    jnp.zeros(bias_V.shape, jnp.float32),
+  )
+  if full:
+    step = lambda i, c: chunk_grads(i * VOCAB_CHUNK, c, *chunk(i))  # noqa: E731
+    carry = jax.lax.fori_loop(0, full, step, carry)
+  if tail is not None:
+    carry = chunk_grads(full * VOCAB_CHUNK, carry, *tail)
+  dx_NxD, dkernel_DxV, dbias_V = carry
   return (
     dx_NxD.astype(x_NxD.dtype),
     dkernel_DxV.astype(kernel_DxV.dtype),
-    dbias.reshape(-1)[:v].astype(bias_V.dtype),
+    dbias_V.astype(bias_V.dtype),
   )
 
 
