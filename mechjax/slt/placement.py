@@ -46,6 +46,9 @@ MAP_MIN_PARAMS = 10_000
 # groups: the groups gained 1.45x with a 37k-parameter model and nothing with a 70M-parameter one
 # (docs/benchmarks.md), where each group's program holds its own parameter-sized temporaries.
 THREAD_GROUPS_MAX_PARAMS = 5_000_000
+# Models at least this large have the C heap released after their sampler compiles (below it the
+# compiler's leftovers are small, and the release costs a walk of the heap).
+RELEASE_HEAP_MIN_PARAMS = 1_000_000
 
 
 def chain_loop(settings: SGLDSettings, params: Params = None) -> str:
@@ -125,7 +128,8 @@ def over_chains_on_devices(
   program = build(layout, per)
   if analyze:
     return run(lambda *args: program.lower(*args).compile().memory_analysis(), slice(0, per))
-  program = _heap_released_after_compiling(program)
+  if size >= RELEASE_HEAP_MIN_PARAMS and hasattr(program, "lower"):
+    program = _heap_released_after_compiling(program)
   return _in_groups(lambda g: run(program, slice(g * per, (g + 1) * per)), groups, axis)
 
 
