@@ -143,7 +143,7 @@ def chains_shard(shard: bool | None, size: int) -> bool | None:
 
 
 def _all_cpu() -> bool:
-  return all(d.platform == "cpu" for d in jax.devices())
+  return jax.default_backend() == "cpu"
 
 
 _RELEASED: set[int] = set()  # id()s of programs compiled in this process (the cache keeps them)

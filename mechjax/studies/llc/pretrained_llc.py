@@ -180,12 +180,10 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   )
 
 
-def sampler(cfg: Config, model, params, windows, probes, mesh=None):
+def sampler(cfg: Config, model, params, windows, probes):
   """The study's sampler: ``sample(components=..., analyze=False)`` runs (or, with ``analyze``,
   compiles and returns the memory analysis of) :func:`mechjax.slt.estimate_susceptibilities` on
-  the given components, with the study's settings; ``mesh`` defaults to ``--model_axis``'s."""
-  if mesh is None:
-    mesh = sharding.devices_mesh(cfg.model_axis, cfg.sgld.num_chains)
+  the given components, with the study's settings and ``--model_axis``'s mesh."""
   return functools.partial(
     slt.estimate_susceptibilities,
     # Jitted: the losses at w* outside the sampler's program are then one program each.
@@ -198,7 +196,7 @@ def sampler(cfg: Config, model, params, windows, probes, mesh=None):
     eval_every=eval_stride(cfg),
     eval_chunk=cfg.sgld.batch_size,
     settings=cfg.sgld,
-    mesh=mesh,
+    mesh=sharding.devices_mesh(cfg.model_axis, cfg.sgld.num_chains),
   )
 
 
