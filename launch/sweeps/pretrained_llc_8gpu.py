@@ -1,6 +1,6 @@
 """Every component's LLC and susceptibilities of Pythia-410m and Pythia-1.4B on one node of 8 GPUs
 of 80 GB: 8 chains, one per GPU (mesh (8, 1)); docs/benchmarks.md "Running at scale" gives the
-per-device memory (17.2 and 48.7 GiB by benchmarks/scale_plan.py).
+per-device memory (10.3 and 34.3 GiB by benchmarks/scale_plan.py).
 
     python -m launch.sweep --sweep=launch/sweeps/pretrained_llc_8gpu.py \\
         --root=/shared/sweeps/pythia --backend=slurm --partition=gpu --gpus_per_node=8 \\

@@ -289,7 +289,12 @@ def estimate_susceptibilities(
     "eval": eval_data,
     "probes": probes,
     "extra": observable_data,
-    "eval_loss_star": jnp.mean(losses_at(params, eval_data)),
+    # In the chains' pieces (the forward pass over the whole subset at once can hold more than the
+    # sampler: its logits at Pythia-410m's vocabulary and 256 windows are 13 GB); analyzing needs
+    # only its shape.
+    "eval_loss_star": (jax.eval_shape if analyze else lambda f, *a: f(*a))(
+      _loss_star, per_sample_loss, params, eval_data, eval_chunk
+    ),
   }
   keys = chain_lib.chain_keys(key, s.num_chains)
   run = lambda program, part: program(*arguments(params, keys[part], observe_data))  # noqa: E731
@@ -389,6 +394,13 @@ def _checked_mixing(sums: PowerSums, num_chains: int, names: tuple) -> dict[str,
     )
     warnings.warn(line, mixing.ChainsNotMixedWarning, stacklevel=3)
   return {"chi_rhat": rhat, "chi_ess": ess}
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _loss_star(per_sample_loss, params, eval_data, chunk):
+  """``L(w*)``: the evaluation subset's mean loss at ``w*``, ``chunk`` samples at a time, as the
+  chains evaluate ``L(w)`` (:func:`mechjax.slt.components.chunked_mean`)."""
+  return components_lib.chunked_mean(per_sample_loss, params, eval_data, chunk)
 
 
 def _eval_batch(data, sampler, eval_data, eval_size: int, key: jax.Array):

@@ -242,3 +242,25 @@ def test_llc_response_adds_the_explicit_term_and_matches_the_exact_derivative():
   )
   assert np.abs(exact_total).max() < 0.1 * scale
   np.testing.assert_allclose(got["total"], got["implicit"] + got["explicit"], rtol=1e-6)
+
+
+def test_analyze_compiles_without_evaluating_the_loss():
+  """``analyze=True`` only compiles: not one loss is evaluated, not even ``L(w*)`` on the
+  evaluation subset (at a pretrained model's size that forward pass alone can exceed the device)."""
+  p, data, per_sample = _gaussian_setup()
+  evaluated = []
+
+  def counted(w, b):
+    jax.debug.callback(lambda: evaluated.append(1))
+    return per_sample(w, b)
+
+  probes = {"x": data["x"][:2], "y": data["y"][:2]}
+  mem = sus.estimate_susceptibilities(
+    counted, {"w": jnp.asarray(p.center, jnp.float32)}, data, probes, key=jax.random.key(0),
+    num_chains=2, num_draws=4, step_size=2e-4, nbeta=p.nbeta, localization=p.localization,
+    batch_size=8, eval_size=11, eval_chunk=3,
+    analyze=True,
+  )  # fmt: skip
+  jax.effects_barrier()
+  assert mem.temp_size_in_bytes >= 0 and mem.argument_size_in_bytes > 0
+  assert evaluated == []
