@@ -131,6 +131,11 @@ def main(argv):
   for part, _ in (*PARTS, ("rest", "")):
     print(f"{part:>10s} {seconds[part] / steps:11.3f}")
   print(f"{'ops in all':>10s} {sum(seconds.values()) / steps:11.3f}")
+  if sum(seconds.values()) < 0.5 * wall:
+    print(
+      "note: under half of the call's time was matched to the sampler's program's ops, so the "
+      "parts above are not the step's (more than one chain runs as programs of their own)"
+    )
 
 
 if __name__ == "__main__":

@@ -182,7 +182,10 @@ class Chain:
     k_noise = jax.random.split(jax.random.fold_in(self.key, t))[1]
     batch = self.place_batch(batch)
     u_w, loss, grad_u, loss_grad = self.potential(w, batch=batch)
-    v, precond = langevin.rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
+    if s.rmsprop is None:  # G = 1 as a scalar per leaf, never a parameter-sized array of ones
+      precond = jax.tree.map(lambda g: jnp.ones((), g.dtype), loss_grad)
+    else:
+      v, precond = langevin.rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
     noise = self.place(self.noise(k_noise, w))
     w_new, noise = langevin.langevin_step(w, grad_u, precond, noise, self.mask, eps)
     w_new, v = self.place(w_new), self.place(v)
@@ -204,17 +207,25 @@ class Chain:
       full_w = self.join(w)
       acc = self.place(self.accumulator.update(acc, full_w, t, self.accumulator_data))
     if s.mala:
-      out["acceptance"] = self._acceptance(t, u_w, w, w_new, grad_u, precond, batch)
+      out["acceptance"] = self._acceptance(t, u_w, w, w_new, loss_grad, precond, batch)
     if self.report_every:
       progress.tick(t, self.report_every, s.num_steps)
     return (w_new, v, acc), out
 
-  def _acceptance(self, t, u_w, w, w_new, grad_u, precond, batch):
+  def _acceptance(self, t, u_w, w, w_new, loss_grad, precond, batch):
     """The MALA acceptance of the step ``w → w_new`` on every ``mala_every``-th step (under a
-    ``lax.cond`` whose predicate is the same for every chain), NaN on the others."""
+    ``lax.cond`` whose predicate is the same for every chain), NaN on the others.
+
+    The branch takes ``∇L_B(w)`` and forms ``∇U(w)`` itself (as :func:`langevin.potential_and_grad`
+    does): an operand of the ``cond`` is a buffer on every step, and ``∇U(w)`` as one would be a
+    parameter-sized array written and read on every step for the one in ``mala_every`` that uses
+    it."""
     s = self.settings
 
     def acceptance(_):
+      grad_u = langevin.grad_potential(
+        loss_grad, w, self.w_star, self.mask, s.nbeta, s.localization
+      )
       u_new, _, grad_new, _ = self.potential(w_new, batch=batch)
       return langevin.mala_acceptance(
         u_w, u_new, w, w_new, grad_u, grad_new, precond, self.mask, s.step_size

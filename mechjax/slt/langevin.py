@@ -86,8 +86,15 @@ def potential_and_grad(
   diff = jax.tree.map(lambda a, b: a - b, w, w_star)
   value = nbeta * loss + 0.5 * localization * tree_dot(diff, diff)
   loss_grad = jax.tree.map(lambda g, m: g * m, loss_grad, mask)
-  grad_u = jax.tree.map(lambda g, d, m: nbeta * g + localization * d * m, loss_grad, diff, mask)
+  grad_u = grad_potential(loss_grad, w, w_star, mask, nbeta, localization)
   return value, loss, grad_u, loss_grad
+
+
+def grad_potential(loss_grad, w, w_star, mask, nbeta: float, localization: float):
+  """``∇U = nβ·∇L_B + γ·(w − w*)·mask`` from the masked ``∇L_B`` (:func:`potential_and_grad`)."""
+  return jax.tree.map(
+    lambda g, a, b, m: nbeta * g + localization * (a - b) * m, loss_grad, w, w_star, mask
+  )
 
 
 def rmsprop_preconditioner(v, loss_grad, decay: float | None, eps: float):

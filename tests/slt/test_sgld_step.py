@@ -75,3 +75,29 @@ def test_sampled_part_keeps_each_float_leaf_s_noise_slot():
   assert jax.tree.leaves(star)[0].shape == (2,) and num == 2 and list(slots) == [0]
   star, fixed, mask, (slots, num) = params_lib.sampled_part(full, None, None)
   assert list(slots) == [0, 1] and num == 2
+
+
+def test_a_chain_step_s_acceptance_is_that_of_its_own_move():
+  """``Chain.step`` with ``mala_every=1``: the acceptance it reports is the Metropolis–Hastings
+  ratio of the move it made, from ``U`` and ``∇U`` at both ends on the step's batch (the chain
+  hands ``∇L_B`` to the check, which forms ``∇U`` with the localisation itself)."""
+  from mechjax.slt import chain as chain_lib
+  from mechjax.slt import settings as settings_lib
+
+  rng = np.random.default_rng(1)
+  batch = {"x": jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)}
+  batch["y"] = jnp.asarray(rng.normal(size=8), jnp.float32)
+  star = {"w": jnp.asarray(rng.normal(size=3), jnp.float32)}
+  s = settings_lib.SGLDSettings(
+    step_size=0.3, localization=10.0, nbeta=4.0, batch_size=8, mala_every=1
+  )
+  chain = chain_lib.Chain(_loss, star, jax.random.key(2), s, data=batch)
+  w, v, acc = chain.start()
+  w = {"w": w["w"] + 0.3}  # away from w*, so that the localisation's gradient matters
+  (w_new, _, _), out = chain.step((w, v, acc), jnp.asarray(1), batch)
+  ones = {"w": jnp.ones(3)}
+  u0, _, g0, _ = langevin.potential_and_grad(_loss, w, star, batch, ones, 4.0, 10.0)
+  u1, _, g1, _ = langevin.potential_and_grad(_loss, w_new, star, batch, ones, 4.0, 10.0)
+  want = langevin.mala_acceptance(u0, u1, w, w_new, g0, g1, ones, ones, 0.3)
+  assert 0.01 < float(want) < 0.99
+  np.testing.assert_allclose(out["acceptance"], want, rtol=1e-5)
