@@ -182,10 +182,7 @@ class Chain:
     k_noise = jax.random.split(jax.random.fold_in(self.key, t))[1]
     batch = self.place_batch(batch)
     u_w, loss, grad_u, loss_grad = self.potential(w, batch=batch)
-    if s.rmsprop is None:  # G = 1 as a scalar per leaf, never a parameter-sized array of ones
-      precond = jax.tree.map(lambda g: jnp.ones((), g.dtype), loss_grad)
-    else:
-      v, precond = langevin.rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
+    v, precond = langevin.rmsprop_preconditioner(v, loss_grad, s.rmsprop, s.rmsprop_eps)
     noise = self.place(self.noise(k_noise, w))
     w_new, noise = langevin.langevin_step(w, grad_u, precond, noise, self.mask, eps)
     w_new, v = self.place(w_new), self.place(v)

@@ -100,9 +100,11 @@ def grad_potential(loss_grad, w, w_star, mask, nbeta: float, localization: float
 def rmsprop_preconditioner(v, loss_grad, decay: float | None, eps: float):
   """``(v', G)``: pSGLD's running mean square ``v' = α v + (1 − α) (∇L_B)²`` and the diagonal
   preconditioner ``G = 1 / (√v' + δ)`` (Li et al. 2016, eqs. 4–5); with ``decay`` None, plain
-  SGLD: ``v`` unchanged and ``G = 1``."""
+  SGLD: ``v`` unchanged and ``G = 1``, a scalar per leaf (it broadcasts; an array of ones would be
+  a parameter-sized buffer on every step wherever it is an operand, as of the MALA check's
+  ``lax.cond``)."""
   if decay is None:
-    return v, jax.tree.map(jnp.ones_like, loss_grad)
+    return v, jax.tree.map(lambda g: jnp.ones((), g.dtype), loss_grad)
   v = jax.tree.map(lambda v_, g: decay * v_ + (1 - decay) * g**2, v, loss_grad)
   return v, jax.tree.map(lambda v_: 1.0 / (jnp.sqrt(v_) + eps), v)
 
