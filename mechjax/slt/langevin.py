@@ -23,6 +23,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from mechjax.slt import noise as noise_lib
+
 Params = Any
 
 
@@ -141,16 +143,22 @@ def mala_acceptance(u_w, u_new, w, w_new, grad_u, grad_new, precond, mask, step_
   return jnp.minimum(1.0, jnp.exp(jnp.minimum(log_ratio, 0.0))).astype(jnp.float32)
 
 
-def normal_noise(key: jax.Array, w: Params, noise_slots, impl: str = "threefry") -> Params:
-  """Standard normal noise ``ξ`` shaped like ``w``, each leaf from its own slot's key
-  (:func:`mechjax.slt.params.sampled_part`), so that a restricted chain draws the unrestricted
-  one's noise. With ``impl`` other than threefry the slots' keys are split from a key of that
-  implementation whose data are 128 bits of ``key``."""
+def noise_keys(key: jax.Array, noise_slots, impl: str = "threefry") -> jax.Array:
+  """The keys of the moved leaves' noise: ``split(key, number of float leaves)`` taken at each moved
+  leaf's slot (:func:`mechjax.slt.params.noise_slots`). With ``impl`` other than threefry they are
+  split from a key of that implementation whose data are 128 bits of ``key``."""
   if impl != "threefry":
     key = jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=impl)
   slots, num_float = noise_slots
+  return jax.random.split(key, num_float)[slots]
+
+
+def normal_noise(key: jax.Array, w: Params, noise_slots, impl: str = "threefry") -> Params:
+  """Standard normal noise ``ξ`` shaped like ``w``, each leaf from its own slot's key
+  (:func:`noise_keys`), so that a restricted chain draws the unrestricted one's noise; the numbers
+  of ``jax.random.normal``, computed by :func:`mechjax.slt.noise.normal`."""
   leaves, treedef = jax.tree.flatten(w)
-  keys = jax.random.split(key, num_float)[slots]
+  keys = noise_keys(key, noise_slots, impl)
   return jax.tree.unflatten(
-    treedef, [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
+    treedef, [noise_lib.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
   )

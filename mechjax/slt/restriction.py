@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from mechjax.slt import langevin
+from mechjax.slt import noise as noise_lib
 from mechjax.slt import params as params_lib
 from mechjax.slt.params import is_float_leaf
 
@@ -83,16 +84,19 @@ class Restriction:
 
   def noise(self, key: jax.Array, full: Params, impl: str = "threefry") -> Params:
     """Standard normal noise on the boxes: the unrestricted chain's noise
-    (:func:`mechjax.slt.langevin.normal_noise`, each float leaf from its own key) cut to each box,
-    so that a restricted chain draws what the masked one draws."""
+    (:func:`mechjax.slt.langevin.normal_noise`, each float leaf from its own key) on each box,
+    computed for the box alone (:func:`mechjax.slt.noise.normal`), so that a restricted chain draws
+    what the masked one draws at the cost of its own weights."""
+    leaves, treedef = jax.tree.flatten(full)
     support = tuple(s is not None for s in self.sizes)
-    moved = params_lib.split_fixed(full, support)[0]
-    z = langevin.normal_noise(key, moved, params_lib.noise_slots(full, support), impl)
-    draws = iter(jax.tree.leaves(z))  # the moved leaves' noise, in order
-    treedef = jax.tree.structure(full)
-    return jax.tree.unflatten(
-      treedef, self._cut([None if s is None else next(draws) for s in self.sizes])
-    )
+    keys = iter(langevin.noise_keys(key, params_lib.noise_slots(full, support), impl))
+    out = [
+      None
+      if s is None
+      else noise_lib.normal(next(keys), a.shape, a.dtype, self._corner(i, a.ndim), s)
+      for i, (a, s) in enumerate(zip(leaves, self.sizes))
+    ]
+    return jax.tree.unflatten(treedef, out)
 
   def mask(self, params: Params) -> Params:
     """The 0/1 float32 mask of the boxes, full-size (for a driver that samples masks)."""

@@ -7,6 +7,7 @@ import pytest
 
 from mechjax import config
 from mechjax.slt import langevin
+from mechjax.slt import noise as noise_lib
 from mechjax.slt.settings import SGLDSettings
 from tests.helpers import expect_unmixed
 
@@ -50,3 +51,36 @@ def test_the_sampler_draws_its_noise_with_the_chosen_impl():
   threefry, rbg = run("threefry"), run("rbg")
   assert not np.allclose(threefry.loss_trace, rbg.loss_trace)  # other noise, so other draws
   assert np.isfinite(rbg.llc_mean) and rbg.llc_mean == pytest.approx(threefry.llc_mean, rel=0.5)
+
+
+def _draws_random_bits(fn, *args) -> bool:
+  return "random_bits" in str(jax.make_jaxpr(fn)(*args))
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5, 7), (128, 50)])
+@pytest.mark.parametrize("raw", [False, True])
+def test_fused_normal_is_jax_random_normal_bit_for_bit(shape, raw):
+  key = jax.random.PRNGKey(3) if raw else jax.random.key(3)
+  ours = jax.jit(noise_lib.normal, static_argnums=1)(key, shape)
+  np.testing.assert_array_equal(ours, jax.random.normal(key, shape))
+  # the fused pass, not JAX's PRNG primitive (a rolled threefry loop on a CPU)
+  assert not _draws_random_bits(lambda k: noise_lib.normal(k, shape), key)
+  assert _draws_random_bits(lambda k: jax.random.normal(k, shape), key)
+
+
+def test_a_box_of_the_fused_normal_is_that_box_of_the_whole():
+  key, shape = jax.random.key(5), (6, 4, 9)
+  whole = jax.random.normal(key, shape)
+  box = jax.jit(lambda k, s: noise_lib.normal(k, shape, start=s, size=(2, 4, 3)))(
+    key, jnp.array([3, 0, 5], jnp.int32)
+  )
+  np.testing.assert_array_equal(box, whole[3:5, :, 5:8])
+
+
+@pytest.mark.parametrize(
+  "key,dtype",
+  [(jax.random.key(0, impl="rbg"), jnp.float32), (jax.random.key(0), jnp.bfloat16)],
+)
+def test_other_keys_and_dtypes_get_jax_random_normal(key, dtype):
+  ours = noise_lib.normal(key, (4, 6), dtype, start=(1, 2), size=(2, 3))
+  np.testing.assert_array_equal(ours, jax.random.normal(key, (4, 6), dtype)[1:3, 2:5])
