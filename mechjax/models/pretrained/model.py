@@ -98,9 +98,12 @@ class Attention(nn.Module):
     dense = lambda heads, name: nn.DenseGeneral(
       (heads, a.head_dim), use_bias=a.qkv_bias, dtype=self.dtype, param_dtype=self.dtype, name=name
     )
-    q = rotary(dense(a.num_heads, "query")(x_BxTxD), a.rotary_dim, a.rope_theta)
-    k = rotary(dense(a.num_kv_heads, "key")(x_BxTxD), a.rotary_dim, a.rope_theta)
-    v = dense(a.num_kv_heads, "value")(x_BxTxD)
+    b = x_BxTxD.shape[0]
+    rows = x_BxTxD.reshape(b * t, -1)  # projections on the tokens as rows, as in MLP
+    project = lambda heads, name: dense(heads, name)(rows).reshape(b, t, heads, a.head_dim)  # noqa: E731
+    q = rotary(project(a.num_heads, "query"), a.rotary_dim, a.rope_theta)
+    k = rotary(project(a.num_kv_heads, "key"), a.rotary_dim, a.rope_theta)
+    v = project(a.num_kv_heads, "value")
     group = a.num_heads // a.num_kv_heads  # query heads per key/value head
     k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
@@ -117,7 +120,7 @@ class Attention(nn.Module):
       dtype=self.dtype,
       param_dtype=self.dtype,
       name="out",
-    )(z)
+    )(z.reshape((b * t,) + z.shape[2:])).reshape(b, t, a.d_model)
 
 
 class MLP(nn.Module):
