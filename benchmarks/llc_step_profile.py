@@ -39,7 +39,7 @@ cli.positive_int("num_chains")
 FLAGS = flags.FLAGS
 
 PARTS = (  # (part, a pattern of the op names that belong to it), the first match wins
-  ("noise", r"_uniform|_normal|threefry"),
+  ("noise", r"langevin_noise|_uniform|_normal|threefry"),
   ("MLPs", r"/mlp_\d"),
   ("attention", r"/attn_\d|/attention"),
   ("head", r"DecoderLM/while"),

@@ -105,12 +105,14 @@ def normal(
   if not fast:
     z = jax.random.normal(key, shape, dtype)
     return z if start is None and size == shape else lax.dynamic_slice(z, list(start), size)
-  lo = _flat_positions(shape, start, size)
-  b1, b2 = threefry2x32(kd[0], kd[1], jnp.zeros_like(lo), lo)  # the counter's high word is 0
-  bits = b1 ^ b2
-  # uniform in [nextafter(−1, 0), 1): 23 random mantissa bits under the exponent of 1.0, as in
-  # jax.random.uniform, then √2·erfinv as in jax.random.normal.
-  one_to_two = lax.bitcast_convert_type((bits >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32)
-  low = np.nextafter(np.float32(-1), np.float32(0))
-  u = lax.max(low, (one_to_two - np.float32(1)) * (np.float32(1) - low) + low)
-  return np.float32(np.sqrt(2)) * lax.erf_inv(u)
+  with jax.named_scope("langevin_noise"):  # the ops' name in profiles
+    lo = _flat_positions(shape, start, size)
+    b1, b2 = threefry2x32(kd[0], kd[1], jnp.zeros_like(lo), lo)  # the counter's high word is 0
+    bits = b1 ^ b2
+    # uniform in [nextafter(−1, 0), 1): 23 random mantissa bits under the exponent of 1.0, as in
+    # jax.random.uniform, then √2·erfinv as in jax.random.normal.
+    mantissa = (bits >> np.uint32(9)) | np.uint32(0x3F800000)
+    one_to_two = lax.bitcast_convert_type(mantissa, jnp.float32)
+    low = np.nextafter(np.float32(-1), np.float32(0))
+    u = lax.max(low, (one_to_two - np.float32(1)) * (np.float32(1) - low) + low)
+    return np.float32(np.sqrt(2)) * lax.erf_inv(u)
