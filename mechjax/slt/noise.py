@@ -57,7 +57,7 @@ def threefry2x32(k1, k2, x1, x2):
 def _threefry_key_data(key: jax.Array):
   """``(k1, k2)`` of a threefry key (typed or raw uint32[2]), or None for any other key."""
   if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-    if jax.random.key_impl(key) != jax.random.key_impl(jax.random.key(0, impl="threefry2x32")):
+    if jax.random.key_impl(key) != "threefry2x32":
       return None
     data = jax.random.key_data(key)
   elif key.dtype == jnp.uint32 and key.shape == (2,):
@@ -104,7 +104,9 @@ def normal(
   )
   if not fast:
     z = jax.random.normal(key, shape, dtype)
-    return z if start is None and size == shape else lax.dynamic_slice(z, list(start), size)
+    if size == shape:
+      return z
+    return lax.dynamic_slice(z, [0] * len(shape) if start is None else list(start), size)
   with jax.named_scope("langevin_noise"):  # the ops' name in profiles
     lo = _flat_positions(shape, start, size)
     b1, b2 = threefry2x32(kd[0], kd[1], jnp.zeros_like(lo), lo)  # the counter's high word is 0

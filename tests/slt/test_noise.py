@@ -84,3 +84,9 @@ def test_a_box_of_the_fused_normal_is_that_box_of_the_whole():
 def test_other_keys_and_dtypes_get_jax_random_normal(key, dtype):
   ours = noise_lib.normal(key, (4, 6), dtype, start=(1, 2), size=(2, 3))
   np.testing.assert_array_equal(ours, jax.random.normal(key, (4, 6), dtype)[1:3, 2:5])
+
+
+def test_a_box_without_a_start_begins_at_the_origin_on_both_paths():
+  for key in (jax.random.key(2), jax.random.key(2, impl="rbg")):
+    ours = noise_lib.normal(key, (5, 4), size=(2, 3))
+    np.testing.assert_array_equal(ours, jax.random.normal(key, (5, 4))[:2, :3])
