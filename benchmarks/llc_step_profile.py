@@ -30,6 +30,7 @@ from absl import app
 from absl import flags
 
 from mechjax import cli
+from mechjax.slt import noise
 
 flags.DEFINE_integer("num_draws", 16, "Steps of the chain that is traced.")
 flags.DEFINE_integer("num_chains", 1, "Chains (run one after another on a CPU).")
@@ -39,7 +40,7 @@ cli.positive_int("num_chains")
 FLAGS = flags.FLAGS
 
 PARTS = (  # (part, a pattern of the op names that belong to it), the first match wins
-  ("noise", r"langevin_noise|_uniform|_normal|threefry"),
+  ("noise", rf"{noise.SCOPE}|_uniform|_normal|threefry"),
   ("MLPs", r"/mlp_\d"),
   ("attention", r"/attn_\d|/attention"),
   ("head", r"DecoderLM/while"),

@@ -34,6 +34,8 @@ from jax import lax
 # key schedule's parity constant (Salmon et al. 2011, table 4; as in JAX's threefry2x32).
 ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 KEY_PARITY = 0x1BD11BDA
+# The name scope of the fast path's ops, by which benchmarks/llc_step_profile.py finds them.
+SCOPE = "langevin_noise"
 
 
 def _rotate_left(x, d: int):
@@ -107,7 +109,7 @@ def normal(
     if size == shape:
       return z
     return lax.dynamic_slice(z, [0] * len(shape) if start is None else list(start), size)
-  with jax.named_scope("langevin_noise"):  # the ops' name in profiles
+  with jax.named_scope(SCOPE):
     lo = _flat_positions(shape, start, size)
     b1, b2 = threefry2x32(kd[0], kd[1], jnp.zeros_like(lo), lo)  # the counter's high word is 0
     bits = b1 ^ b2

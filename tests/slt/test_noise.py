@@ -90,3 +90,8 @@ def test_a_box_without_a_start_begins_at_the_origin_on_both_paths():
   for key in (jax.random.key(2), jax.random.key(2, impl="rbg")):
     ours = noise_lib.normal(key, (5, 4), size=(2, 3))
     np.testing.assert_array_equal(ours, jax.random.normal(key, (5, 4))[:2, :3])
+
+
+def test_the_fast_path_ops_carry_the_scope_that_profiles_look_for():
+  lowered = jax.jit(lambda k: noise_lib.normal(k, (3, 4))).lower(jax.random.key(0))
+  assert noise_lib.SCOPE in lowered.as_text(debug_info=True)
