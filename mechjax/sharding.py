@@ -58,6 +58,8 @@ def along(sharding: NamedSharding, axis: int) -> NamedSharding:
 # long as the program runs: about 10 MB/s for the SGLD chains of the induction study's
 # transformer, 7 GB after an 8 × 600 susceptibility run, with glibc malloc and with jemalloc alike.
 # Without the YNN fusions it stays flat, at a cost of about a tenth of the speed on that workload.
+# A program that runs alone (one CPU device, called from one thread) stays flat with them, and is
+# faster: it keeps XLA's defaults (``compiler_options(concurrent=False)``).
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
@@ -197,7 +199,9 @@ def model_constraint(mesh: Mesh | None) -> ModelConstraint | None:
   return None if size == 1 else ModelConstraint(size)
 
 
-def compiler_options() -> dict | None:
+def compiler_options(concurrent: bool = True) -> dict | None:
   """The compiler options of mechjax's long-running programs: :data:`CPU_COMPILER_OPTIONS` on a
-  CPU backend (see the comment above them), None elsewhere."""
-  return dict(CPU_COMPILER_OPTIONS) if jax.default_backend() == "cpu" else None
+  CPU backend for a program that runs on several CPU devices or from several threads at once (see
+  the comment above them); None (XLA's defaults) elsewhere, and for a program that runs ``alone``
+  on one CPU device from one thread (``concurrent=False``), whose memory the fusions leave flat."""
+  return dict(CPU_COMPILER_OPTIONS) if concurrent and jax.default_backend() == "cpu" else None

@@ -16,13 +16,22 @@ reuse the program. The cache compares loss functions and accumulators by equalit
 function each time (a module-level function, a bound method, or a hashable callable such as
 :class:`mechjax.slt.langevin.MeanLoss`), not a new lambda per call: a new lambda is a new program,
 and the cache holds it until it is evicted.
+
+**Compiled for how it runs.** On a CPU a program that runs alone (one device, called from one
+thread) keeps XLA's defaults; one that runs on several devices, or from several threads at once, is
+compiled without XLA's YNNPACK fusions, whose memory grows there (:data:`mechjax.sharding.
+CPU_COMPILER_OPTIONS`). :func:`over_chains_on_devices` knows which, and a one-device program
+(:class:`OneDeviceProgram`) is compiled for it; called from anywhere else, it assumes company.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import dataclasses
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -125,12 +134,61 @@ def over_chains_on_devices(
     layout = None if lead is None else lead.mesh
   groups = 1 if layout is not None else cpu_thread_groups(num_chains, shard, size)
   per = num_chains // groups
-  program = build(layout, per)
-  if analyze:
-    return run(lambda *args: program.lower(*args).compile().memory_analysis(), slice(0, per))
-  if size >= RELEASE_HEAP_MIN_PARAMS and hasattr(program, "lower"):
-    program = _heap_released_after_compiling(program)
-  return _in_groups(lambda g: run(program, slice(g * per, (g + 1) * per)), groups, axis)
+  with running(concurrent=layout is not None or groups > 1):
+    program = build(layout, per)
+    if analyze:
+      return run(lambda *args: program.lower(*args).compile().memory_analysis(), slice(0, per))
+    if size >= RELEASE_HEAP_MIN_PARAMS and hasattr(program, "lower"):
+      program = _heap_released_after_compiling(program)
+    return _in_groups(lambda g: run(program, slice(g * per, (g + 1) * per)), groups, axis)
+
+
+# Whether the programs called in this context may run beside others (several devices or threads).
+# A new thread starts with the default, True: the thread groups' workers see it.
+_CONCURRENT = contextvars.ContextVar("mechjax_concurrent_programs", default=True)
+
+
+@contextlib.contextmanager
+def running(concurrent: bool):
+  """Within it, :class:`OneDeviceProgram` compiles for a program that runs beside others
+  (``concurrent``) or alone; outside any, it assumes company."""
+  token = _CONCURRENT.set(concurrent)
+  try:
+    yield
+  finally:
+    _CONCURRENT.reset(token)
+
+
+def running_concurrently() -> bool:
+  """Whether the programs called here may run beside others (:func:`running`; True by default)."""
+  return _CONCURRENT.get()
+
+
+class OneDeviceProgram:
+  """``jax.jit(run)`` on one device, compiled (once each) with
+  :func:`mechjax.sharding.compiler_options` for how the caller's context runs it (:func:`running`):
+  alone, with XLA's defaults, or beside other programs, without the YNNPACK fusions. Called and
+  lowered like the jitted function."""
+
+  def __init__(self, run: Callable):
+    self._run = run
+    self._jitted: dict[bool, Any] = {}
+    self._lock = threading.Lock()
+
+  def jitted(self, concurrent: bool | None = None):
+    """The jitted function for ``concurrent`` (default: the context's)."""
+    concurrent = _CONCURRENT.get() if concurrent is None else concurrent
+    with self._lock:
+      if concurrent not in self._jitted:
+        options = sharding_lib.compiler_options(concurrent)
+        self._jitted[concurrent] = jax.jit(self._run, compiler_options=options)
+      return self._jitted[concurrent]
+
+  def __call__(self, *args):
+    return self.jitted()(*args)
+
+  def lower(self, *args):
+    return self.jitted().lower(*args)
 
 
 def chains_shard(shard: bool | None, size: int) -> bool | None:
@@ -306,9 +364,9 @@ def jit_over_chains(
   which a program partitioned by XLA could not do for a ``lax.map`` over the split axis. A
   ``model`` axis stays XLA's to partition: the arguments arrive split over it
   (:func:`mechjax.sharding.place`) and ``run`` constrains what it carries to the same rule."""
-  options = sharding_lib.compiler_options()
   if layout is None:
-    return jax.jit(run, compiler_options=options)
+    return OneDeviceProgram(run)
+  options = sharding_lib.compiler_options()
   name = layout.axis_names[0]
   axes = split_axes or {}
   in_specs = tuple(

@@ -141,9 +141,11 @@ def test_eval_data_defines_the_loss_of_the_observable():
     )
 
 
-def test_sampler_programs_compile_without_ynn_fusions_on_a_cpu():
-  """With XLA's YNNPACK fusions, a program running on two CPU devices at once grew its memory for as
-  long as it ran (docs/design.md); the sampler's programs are compiled without them."""
+def test_sampler_programs_compile_without_ynn_fusions_when_they_run_beside_others():
+  """With XLA's YNNPACK fusions, a program running on two CPU devices (or from two threads) at once
+  grew its memory for as long as it ran (docs/design.md): such programs are compiled without them,
+  and so is one called where nothing says it runs alone. A program that runs alone keeps XLA's
+  defaults, the fusions included."""
   if jax.default_backend() != "cpu":
     pytest.skip("a CPU compiler option")
   data, _ = _regression()
@@ -158,5 +160,27 @@ def test_sampler_programs_compile_without_ynn_fusions_on_a_cpu():
   s = SGLDSettings(num_chains=2, num_draws=5, **SETTINGS)
   program = placement.chains_program(mlp, s, False, None, None)
   keys = chain_lib.chain_keys(jax.random.key(0), 2)
-  text = program.lower(w_star, data, keys, None, None, None).compile().as_text()
-  assert fusion not in text
+  text = lambda: program.lower(w_star, data, keys, None, None, None).compile().as_text()  # noqa: E731
+  assert fusion not in text()
+  with placement.running(concurrent=False):
+    assert fusion in text()
+  with placement.running(concurrent=True):
+    assert fusion not in text()
+
+
+def test_chains_run_alone_only_on_one_device_from_one_thread():
+  """over_chains_on_devices says a program runs alone only where it does: one device and one
+  group of chains; its thread groups' programs run beside each other."""
+  seen = []
+
+  def run(program, part):
+    seen.append(placement.running_concurrently())
+    return jnp.zeros((part.stop - part.start,))
+
+  placement.over_chains_on_devices(4, lambda layout, per: None, run, shard=False)
+  assert seen == [False]
+  assert placement.running_concurrently()  # restored after the call
+  if placement.cpu_thread_groups(4) > 1:
+    seen.clear()
+    placement.over_chains_on_devices(4, lambda layout, per: None, run)
+    assert seen and all(seen)
