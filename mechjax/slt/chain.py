@@ -186,8 +186,6 @@ class Chain:
     noise = self.place(self.noise(k_noise, w))
     w_new, noise = langevin.langevin_step(w, grad_u, precond, noise, self.mask, eps)
     w_new, v = self.place(w_new), self.place(v)
-    drift = jax.tree.map(lambda p, g: 0.5 * eps * p * s.nbeta * g, precond, loss_grad)
-    diff = jax.tree.map(lambda a, b: a - b, w_new, self.w_star)
     out = {"loss": loss}
     if self.loss_at_star:
       out["loss_at_star"] = (
@@ -195,11 +193,7 @@ class Chain:
         if star is not None
         else langevin.batch_loss(self.full_loss, self.full_star, batch, s.microbatch_size)
       )
-    out |= {
-      "distance": jnp.sqrt(langevin.tree_dot(diff, diff)),
-      "drift_norm": jnp.sqrt(langevin.tree_dot(drift, drift)),
-      "noise_norm": jnp.sqrt(langevin.tree_dot(noise, noise)),
-    }
+    out |= self._norms(t, w, w_new, precond, loss_grad, k_noise)
     if self.accumulator is not None:
       full_w = self.join(w)
       acc = self.place(self.accumulator.update(acc, full_w, t, self.accumulator_data))
@@ -208,6 +202,31 @@ class Chain:
     if self.report_every:
       progress.tick(t, self.report_every, s.num_steps)
     return (w_new, v, acc), out
+
+  def _norms(self, t, w, w_new, precond, loss_grad, k_noise):
+    """The trace's ``distance``, ``drift_norm`` and ``noise_norm`` of step ``t``
+    (:func:`sample_chain`) on every ``settings.norms_every``-th step and on the chain's last (under
+    a ``lax.cond`` whose predicate is the same for every chain), NaN on the others.
+
+    Each is a sum over every sampled weight: on a CPU the three took about a sixth of a
+    pythia-14m-shaped model's step (docs/benchmarks.md). The branch draws the step's noise again
+    from its key, the same numbers, rather than take it as an operand, which would be a
+    parameter-sized buffer written on every step."""
+    s, eps = self.settings, self.settings.step_size
+
+    def norms(_):
+      noise = langevin.scaled_noise(self.place(self.noise(k_noise, w)), precond, self.mask, eps)
+      drift = jax.tree.map(lambda p, g: 0.5 * eps * p * s.nbeta * g, precond, loss_grad)
+      diff = jax.tree.map(lambda a, b: a - b, w_new, self.w_star)
+      named = {"distance": diff, "drift_norm": drift, "noise_norm": noise}
+      return {name: jnp.sqrt(langevin.tree_dot(x, x)) for name, x in named.items()}
+
+    if s.norms_every == 1:
+      return norms(None)
+    shapes = jax.eval_shape(norms, None)
+    skipped = lambda _: jax.tree.map(lambda a: jnp.full(a.shape, jnp.nan, a.dtype), shapes)  # noqa: E731
+    due = (t % s.norms_every == 0) | (t == s.num_steps - 1)
+    return jax.lax.cond(due, norms, skipped, None)
 
   def _acceptance(self, t, u_w, w, w_new, loss_grad, precond, batch):
     """The MALA acceptance of the step ``w → w_new`` on every ``mala_every``-th step (under a
@@ -256,7 +275,9 @@ def sample_chain(
   Traces: ``loss`` (the minibatch loss at ``w`` *before* the step), ``loss_at_star`` (the same
   minibatch's loss at ``w*``: their difference is what the LLC averages, see
   :mod:`mechjax.slt.llc`), ``distance`` (``‖w − w*‖`` after the step), ``drift_norm``
-  (``‖(ε/2)·nβ·∇L_B‖``), ``noise_norm`` (``‖√ε·ξ‖``) and, with ``settings.mala``, ``acceptance``:
+  (``‖(ε/2)·nβ·∇L_B‖``), ``noise_norm`` (``‖√ε·ξ‖``), these three on every
+  ``settings.norms_every``-th step and the last (NaN on the others), and, with ``settings.mala``,
+  ``acceptance``:
   the Metropolis–Hastings acceptance probability ``min(1, exp(U(w) − U(w') + log q(w|w') − log
   q(w'|w)))`` of the proposal, with ``U = nβ·L_B + (γ/2)‖w − w*‖²`` on the step's minibatch. Values
   near 1 mean the step size is small enough for the discretisation. It costs one more gradient, so

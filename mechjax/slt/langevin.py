@@ -114,13 +114,18 @@ def rmsprop_preconditioner(v, loss_grad, decay: float | None, eps: float):
 def langevin_step(w, grad_u, precond, standard_noise, mask, step_size: float):
   """``(w', ξ)``: ``w' = w − (ε/2) G ∇U + ξ`` with ``ξ = √(ε G) · z · mask`` for standard normal
   ``z`` (Welling & Teh 2011, eq. 4, with pSGLD's ``G``)."""
-  noise = jax.tree.map(
-    lambda z, p, m: jnp.sqrt(step_size * p) * z * m, standard_noise, precond, mask
-  )
+  noise = scaled_noise(standard_noise, precond, mask, step_size)
   w_new = jax.tree.map(
     lambda w_, p, g, z: w_ - 0.5 * step_size * p * g + z, w, precond, grad_u, noise
   )
   return w_new, noise
+
+
+def scaled_noise(standard_noise, precond, mask, step_size: float):
+  """``ξ = √(ε G) · z · mask``: :func:`langevin_step`'s noise from its standard normals ``z``."""
+  return jax.tree.map(
+    lambda z, p, m: jnp.sqrt(step_size * p) * z * m, standard_noise, precond, mask
+  )
 
 
 def log_proposal(w_to, w_from, grad_from, precond, mask, step_size: float):

@@ -78,8 +78,9 @@ class LLCResult:
       chain), NaN with fewer than 8 draws. A :class:`ChainsNotMixedWarning` says when either rule
       fails. Then sampler health, averaged over the draws: ``mala_acceptance`` (with MALA on; the
       mean over the ``mala_steps`` draws on which it was evaluated, every ``mala_every``-th step),
-      ``drift_norm_mean``, ``noise_norm_mean``, ``distance_mean`` and ``distance_final`` from
-      ``w*``, ``fraction_below_init_loss``, the ``nbeta`` used, and ``star_loss`` (the path that
+      ``drift_norm_mean``, ``noise_norm_mean`` and ``distance_mean`` from ``w*`` (means over the
+      draws on every ``norms_every``-th step and the last), ``distance_final`` (after the last
+      step), ``fraction_below_init_loss``, the ``nbeta`` used, and ``star_loss`` (the path that
       computed ``L_B(w*)``: ``"per_sample"`` or ``"per_step"``) with ``star_loss_reason``.
   """
 
@@ -457,9 +458,11 @@ def _summarise(traces, s: SGLDSettings, l0, path: str, reason: str) -> LLCResult
     **_mixing(llc_trace),
     "fraction_below_init_loss": np.mean(delta < 0, axis=draws_axes),  # below w*'s, same minibatch
     "distance_final": keep("distance")[..., -1],
-    "distance_mean": keep("distance").mean(axis=draws_axes),
-    "drift_norm_mean": keep("drift_norm").mean(axis=draws_axes),
-    "noise_norm_mean": keep("noise_norm").mean(axis=draws_axes),
+    # over the steps that have them (every norms_every-th and the last; NaN on the others)
+    "distance_mean": np.nanmean(keep("distance"), axis=draws_axes),
+    "drift_norm_mean": np.nanmean(keep("drift_norm"), axis=draws_axes),
+    "noise_norm_mean": np.nanmean(keep("noise_norm"), axis=draws_axes),
+    "norms_every": s.norms_every,
     "nbeta": s.nbeta,
     "star_loss": path,
     "star_loss_reason": reason,

@@ -15,6 +15,7 @@ from typing import Any
 from mechjax import config
 
 MALA_EVERY = 16
+NORMS_EVERY = 16
 STAR_LOSS_PATHS = ("auto", "per_sample", "per_step")
 CHAIN_LOOPS = ("auto", "vmap", "map")
 NOISE_IMPLS = ("threefry", "rbg", "unsafe_rbg")
@@ -89,6 +90,13 @@ class SGLDSettings(config.Settings):
     MALA_EVERY,
     "Steps between MALA acceptance estimates (1: every step). The estimate costs a gradient, "
     "so every 16th step adds about 1/16 to a step's cost.",
+    check=config.at_least(1),
+  )
+  norms_every: int = config.setting(
+    NORMS_EVERY,
+    "Steps between the traces of the distance to w*, the drift norm and the noise norm (1: every "
+    "step); the last step always has them. Each is a sum over every sampled weight, which on a "
+    "CPU costs a noticeable part of a large model's step.",
     check=config.at_least(1),
   )
   star_loss: str = config.setting(

@@ -65,6 +65,28 @@ def test_map_and_vmap_run_the_same_chains():
     SGLDSettings(chain_loop="scan", **SETTINGS)
 
 
+def test_the_norms_are_traced_on_every_norms_every_th_step_and_the_last():
+  """The distance, drift and noise norms on the steps that have them equal those of a chain that
+  traces every step (the same chain: the same losses), and are NaN on the others."""
+  data, w_star = _regression()
+  run = lambda every: sgld.sample_chains(  # noqa: E731
+    _loss,
+    w_star,
+    data,
+    jax.random.key(5),
+    SGLDSettings(num_chains=2, num_draws=21, norms_every=every, **SETTINGS),
+  )
+  sparse, dense = run(8), run(1)
+  due = np.zeros(21, bool)
+  due[::8] = due[-1] = True
+  np.testing.assert_array_equal(sparse["loss"], dense["loss"])
+  for name in ("distance", "drift_norm", "noise_norm"):
+    a, b = np.asarray(sparse[name]), np.asarray(dense[name])
+    assert np.all(np.isfinite(a[:, due])) and np.all(np.isnan(a[:, ~due])), name
+    assert np.all(np.isfinite(b)) and np.all(b > 0), name
+    np.testing.assert_allclose(a[:, due], b[:, due], rtol=1e-6, err_msg=name)
+
+
 def test_leaves_outside_the_support_are_held_fixed_with_the_same_draws():
   """A mask that is all zero on a leaf: the pruned chain (no gradient or noise for that leaf) and
   the plain masked chain draw the same noise for the free leaf and give the same trajectory."""
