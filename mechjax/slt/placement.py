@@ -136,6 +136,8 @@ def over_chains_on_devices(
   per = num_chains // groups
   with running(concurrent=layout is not None or groups > 1):
     program = build(layout, per)
+    if isinstance(program, OneDeviceProgram):  # compiled variant fixed here, one per heap release
+      program = program.jitted()
     if analyze:
       return run(lambda *args: program.lower(*args).compile().memory_analysis(), slice(0, per))
     if size >= RELEASE_HEAP_MIN_PARAMS and hasattr(program, "lower"):

@@ -37,15 +37,16 @@ def _loss(params, batch):
 SETTINGS = dict(step_size=1e-4, nbeta=default_nbeta(N), localization=1.0, batch_size=64)
 
 
+def _chains(data, w_star, seed: int, **settings):
+  """sample_chains on the regression with SETTINGS and ``settings``."""
+  return sgld.sample_chains(
+    _loss, w_star, data, jax.random.key(seed), SGLDSettings(**settings, **SETTINGS)
+  )
+
+
 def test_map_and_vmap_run_the_same_chains():
   data, w_star = _regression()
-  run = lambda how: sgld.sample_chains(  # noqa: E731
-    _loss,
-    w_star,
-    data,
-    jax.random.key(3),
-    SGLDSettings(num_chains=4, num_draws=40, chain_loop=how, **SETTINGS),
-  )
+  run = lambda how: _chains(data, w_star, 3, num_chains=4, num_draws=40, chain_loop=how)  # noqa: E731
   mapped, vmapped = run("map"), run("vmap")
   assert mapped["loss"].shape == (4, 40)
   for name in ("loss", "loss_at_star", "distance", "noise_norm"):
@@ -69,13 +70,7 @@ def test_the_norms_are_traced_on_every_norms_every_th_step_and_the_last():
   """The distance, drift and noise norms on the steps that have them equal those of a chain that
   traces every step (the same chain: the same losses), and are NaN on the others."""
   data, w_star = _regression()
-  run = lambda every: sgld.sample_chains(  # noqa: E731
-    _loss,
-    w_star,
-    data,
-    jax.random.key(5),
-    SGLDSettings(num_chains=2, num_draws=21, norms_every=every, **SETTINGS),
-  )
+  run = lambda every: _chains(data, w_star, 5, num_chains=2, num_draws=21, norms_every=every)  # noqa: E731
   sparse, dense = run(8), run(1)
   due = np.zeros(21, bool)
   due[::8] = due[-1] = True
