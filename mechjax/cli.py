@@ -11,7 +11,8 @@ Errors a user can cause print exactly one line on stderr and exit non-zero, with
 
 * a bad flag value: ``error: flag --steps=0: must be an integer >= 1`` (exit 2), the text of the
   same :class:`mechjax.config.ConfigError` that ``Config(...)`` raises in Python;
-* a workdir that cannot be used (:class:`mechjax.studies.workdir.WorkdirError`, exit 2);
+* any other input that cannot be used, a :class:`mechjax.errors.InputError`: a workdir, a
+  checkpoint directory, a token file (exit 2);
 * a non-finite loss (:class:`mechjax.train.loop.NonFiniteError`, exit 1).
 
 The theory scripts define their own flags with absl and use :func:`positive_int` and friends and
@@ -31,9 +32,9 @@ from absl import logging
 
 import mechjax
 from mechjax import config as config_lib
+from mechjax.errors import InputError
 from mechjax.studies.frame import Study
 from mechjax.studies.frame import StudyStopped
-from mechjax.studies.workdir import WorkdirError
 from mechjax.train import distributed
 from mechjax.train.loop import NonFiniteError
 
@@ -67,7 +68,7 @@ def list_of(name: str, choices, flag_values: flags.FlagValues = FLAGS) -> None:
   )
 
 
-class FlagError(ValueError):
+class FlagError(InputError):
   """A flag value (or a combination of them) that the config refuses; the message names the
   flags."""
 
@@ -218,15 +219,17 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def execute(main: Callable[[list[str]], None]) -> None:
-  """``absl.app.run`` with one-line errors for bad flags, refused configs, unusable workdirs,
-  non-finite losses and studies that stop without a result."""
+  """``absl.app.run`` with one-line errors: exit 2 for every :class:`mechjax.errors.InputError` (a
+  bad flag, a refused config, a checkpoint, corpus or workdir that cannot be used), exit 1 for
+  non-finite losses and studies that stop without a result. Anything else is a defect and keeps its
+  traceback."""
 
   def wrapped(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.
     try:
       distributed.initialize_distributed()
       main(argv)
-    except (WorkdirError, FlagError, config_lib.ConfigError, distributed.SetupError) as e:
+    except InputError as e:  # a flag, a file, a folder or a setting that cannot be used
       print(f"error: {_one_line(e)}", file=sys.stderr)
       sys.exit(2)
     except (NonFiniteError, StudyStopped) as e:

@@ -36,6 +36,8 @@ import types
 import typing
 from typing import Any, Callable, Mapping, Sequence
 
+from mechjax.errors import InputError
+
 _META = "mechjax.config"
 _MISSING = object()
 REQUIRED = dataclasses.MISSING  # the default of a setting that has none (it must then come first)
@@ -43,7 +45,7 @@ REQUIRED = dataclasses.MISSING  # the default of a setting that has none (it mus
 Check = Callable[[Any], "str | None"]
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
   """A setting (or a combination of settings) has a value its check refuses.
 
   Attributes:

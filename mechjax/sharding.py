@@ -24,6 +24,8 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 
+from mechjax.errors import InputError
+
 
 def leading_axis(size: int, name: str, shard: bool | None = None) -> NamedSharding | None:
   """A ``NamedSharding`` that splits axis 0 of an array of ``size`` rows over all devices (a
@@ -142,7 +144,7 @@ def devices_mesh(model_axis: int, num_chains: int) -> Mesh | None:
     return None
   devices = jax.devices()
   if model_axis < 1 or len(devices) % model_axis or num_chains % (len(devices) // model_axis):
-    raise ValueError(
+    raise InputError(
       f"model_axis={model_axis} must divide the {len(devices)} devices and leave a chains axis "
       f"that divides the {num_chains} chains"
     )

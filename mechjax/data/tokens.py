@@ -24,13 +24,26 @@ from __future__ import annotations
 
 import glob
 import os
+from typing import Sequence
 
 import numpy as np
 
 from mechjax import rng
+from mechjax.errors import InputError
 
 MAGIC = b"MJXTOK01"
 HEADER = 16
+
+
+MAKE_ONE = (
+  'python -c "from mechjax.data import tokens; '
+  "tokens.corpus_from_text('texts/', 'MODEL_DIR', 'corpus.tokens')\""
+)
+
+
+class CorpusError(InputError):
+  """A token file, a text folder or a tokenizer that cannot be used; the message says why and how
+  to make a token file."""
 
 
 class TokenFile(np.memmap):
@@ -82,13 +95,22 @@ def write_tokens(
 def read_tokens(path: str | os.PathLike) -> TokenFile:
   """The ids of a token file as a read-only memory map, with ``.eos_id``."""
   path = os.fspath(path)
+  if not os.path.exists(path):
+    raise CorpusError(f"{path} does not exist; pass a token file, which {MAKE_ONE} makes from text")
+  if os.path.isdir(path):
+    raise CorpusError(
+      f"{path} is a folder; pass a token file, which {MAKE_ONE} makes from the folder's text files"
+    )
   with open(path, "rb") as f:
     head = f.read(HEADER)
   if len(head) < HEADER or head[:8] != MAGIC:
-    raise ValueError(f"{path} is not a mechjax token file (it does not start with {MAGIC!r})")
+    raise CorpusError(
+      f"{path} is not a mechjax token file (it does not start with {MAGIC!r}); to make one from "
+      f"text files: {MAKE_ONE}"
+    )
   width, eos_id = np.frombuffer(head[8:], "<u4")
   if width not in (2, 4):
-    raise ValueError(f"{path}: bytes per id must be 2 or 4; the header says {width}")
+    raise CorpusError(f"{path}: bytes per id must be 2 or 4; the header says {width}")
   ids = np.memmap(path, dtype="<u2" if width == 2 else "<u4", mode="r", offset=HEADER)
   out = ids.view(TokenFile)
   out.eos_id = int(eos_id)
@@ -103,7 +125,7 @@ def sample_windows(ids, seq_len: int, num: int, seed: int, stream: str = "window
   if seq_len < 1 or num < 1:
     raise ValueError(f"seq_len and num must be positive; got seq_len={seq_len}, num={num}")
   if n < seq_len:
-    raise ValueError(f"the corpus has {n} tokens, fewer than one window of seq_len={seq_len}")
+    raise CorpusError(f"the corpus has {n} tokens, fewer than one window of seq_len={seq_len}")
   starts = rng.numpy(seed, stream).integers(0, n - seq_len + 1, size=num)
   return np.stack([np.asarray(ids[s : s + seq_len], np.int32) for s in starts])
 
@@ -120,8 +142,21 @@ def tokenizer(path: str | os.PathLike):
   if os.path.isdir(path):
     path = os.path.join(path, "tokenizer.json")
   if not os.path.exists(path):
-    raise FileNotFoundError(f"{path} does not exist; pass a checkpoint's tokenizer.json")
-  return tokenizers.Tokenizer.from_file(path)
+    raise CorpusError(f"{path} does not exist; pass a checkpoint's tokenizer.json or its directory")
+  try:
+    return tokenizers.Tokenizer.from_file(path)
+  except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+    hint = (
+      "; this is a model config: pass the tokenizer.json beside it, or the checkpoint directory"
+      if os.path.basename(path) == "config.json"
+      else "; pass a checkpoint's tokenizer.json or its directory"
+    )
+    raise CorpusError(f"{path} is not a tokenizer.json ({_first_line(e)}){hint}") from None
+
+
+def _first_line(e: Exception) -> str:
+  text = str(e).strip().splitlines()
+  return text[0] if text else type(e).__name__
 
 
 def corpus_from_text(
@@ -130,28 +165,24 @@ def corpus_from_text(
   out: str | os.PathLike,
   *,
   eos_id: int | None = None,
+  suffixes: str | Sequence[str] = (".txt",),
 ) -> str:
-  """Tokenizes every ``*.txt`` file under the folder ``texts`` (sorted by path; or one text file)
-  with ``tokenizer_json`` and writes them, one document per file, to the token file ``out``.
+  """Tokenizes the text files ``texts`` names (sorted by path) with ``tokenizer_json`` and writes
+  them, one document per file, to the token file ``out``.
 
   Args:
-    texts: a folder of ``.txt`` files (searched recursively), or one file.
+    texts: a folder (searched recursively for files ending in one of ``suffixes``), one file, or a
+      glob pattern (``"books/**/*.md"``; ``**`` matches any depth).
     tokenizer_json: the checkpoint's ``tokenizer.json``, or the checkpoint directory.
     out: the token file to write (refused if it exists).
     eos_id: the id written between documents; default the tokenizer's ``<|endoftext|>``, ``</s>``
       or ``<eos>``, whichever it has.
+    suffixes: the file endings read from a folder, e.g. ``(".txt", ".md")``.
 
   Returns:
     ``out``.
   """
-  texts = os.fspath(texts)
-  files = (
-    [texts]
-    if os.path.isfile(texts)
-    else sorted(glob.glob(os.path.join(texts, "**", "*.txt"), recursive=True))
-  )
-  if not files:
-    raise FileNotFoundError(f"no .txt files under {texts}")
+  files = text_files(texts, suffixes)
   tok = tokenizer(tokenizer_json)
   if eos_id is None:
     eos_id = next(
@@ -163,7 +194,7 @@ def corpus_from_text(
       None,
     )
     if eos_id is None:
-      raise ValueError(
+      raise CorpusError(
         "the tokenizer has no <|endoftext|>, </s> or <eos> token; pass eos_id= for the id written "
         "between documents"
       )
@@ -176,6 +207,31 @@ def corpus_from_text(
   return write_tokens(out, documents(), eos_id, vocab_size=tok.get_vocab_size())
 
 
+def text_files(texts: str | os.PathLike, suffixes: str | Sequence[str] = (".txt",)) -> list[str]:
+  """The files :func:`corpus_from_text` reads, sorted: ``texts`` itself when it is a file, the files
+  under the folder ``texts`` that end in one of ``suffixes``, or the files that match the glob
+  ``texts``. Refuses, in one line, a path that does not exist and a selection with no files."""
+  texts = os.fspath(texts)
+  suffixes = (suffixes,) if isinstance(suffixes, str) else tuple(suffixes)
+  if os.path.isfile(texts):
+    return [texts]
+  if os.path.isdir(texts):
+    found = glob.glob(os.path.join(glob.escape(texts), "**", "*"), recursive=True)
+    files = sorted(f for f in found if os.path.isfile(f) and f.endswith(suffixes))
+    if not files:
+      raise CorpusError(
+        f"no files ending in {', '.join(suffixes)} under {texts}; pass suffixes= for other "
+        "endings, or a glob pattern as texts"
+      )
+    return files
+  if any(c in texts for c in "*?["):
+    files = sorted(f for f in glob.glob(texts, recursive=True) if os.path.isfile(f))
+    if not files:
+      raise CorpusError(f"no files match the pattern {texts}")
+    return files
+  raise CorpusError(f"{texts} does not exist; pass a folder of text files, a text file or a glob")
+
+
 def disk_windows(ids, seq_len: int) -> np.ndarray:
   """The corpus cut into its ``len(ids) // seq_len`` consecutive, non-overlapping windows,
   ``(n, seq_len)``, as a view of ``ids`` (of a token file's memory map: nothing is read until a
@@ -186,7 +242,7 @@ def disk_windows(ids, seq_len: int) -> np.ndarray:
     raise ValueError(f"seq_len must be positive; got {seq_len}")
   n = len(ids) // seq_len
   if n < 1:
-    raise ValueError(
+    raise CorpusError(
       f"the corpus has {len(ids)} tokens, fewer than one window of seq_len={seq_len}"
     )
   return ids[: n * seq_len].reshape(n, seq_len)

@@ -18,7 +18,8 @@ science:
 1. **prepare** the workdir (:func:`mechjax.studies.workdir.prepare`): a new folder gets
    ``config.json``; a folder whose ``config.json`` differs is refused, naming the settings;
    ``overwrite=True`` starts afresh; a finished run (``summary.json`` exists) is not recomputed: its
-   summary is returned;
+   summary is returned; a new run whose science fails before writing anything is released
+   (:func:`mechjax.studies.workdir.release`), so the corrected command needs no ``overwrite``;
 2. run the science, whose training resumes from checkpoints and whose :meth:`Context.stage`
    results are reloaded, so an interrupted run or analysis picks up where it stopped;
 3. **finish**, on the writer process only (process 0 under multi-host JAX): the figures, the extra
@@ -285,6 +286,7 @@ class Study:
         "required; pass " + "; and ".join(f"--{k}: {self.required[k]}" for k in missing),
       )
     workdir = os.fspath(workdir)
+    existed = os.path.exists(workdir)
     status = workdir_lib.prepare(workdir, cfg, overwrite=overwrite)
     if status is workdir_lib.Status.COMPLETE:
       if progress:
@@ -296,6 +298,13 @@ class Study:
       with open(os.path.join(workdir, "summary.json")) as f:
         return json.load(f)
     ctx = Context(workdir, progress, getattr(cfg, "run", None), tensorboard)
-    with ctx.timed("total"):
-      outputs = self.science(cfg, ctx)
+    try:
+      with ctx.timed("total"):
+        outputs = self.science(cfg, ctx)
+    except BaseException:
+      # A new run that failed before writing anything (a bad checkpoint or corpus) leaves no
+      # config.json to refuse the corrected command with.
+      if status is workdir_lib.Status.NEW:
+        workdir_lib.release(workdir, created=not existed)
+      raise
     return finish(workdir, outputs, self.report, ctx.seconds)

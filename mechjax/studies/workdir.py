@@ -10,7 +10,9 @@ Rules, so that nothing is silently lost or overwritten:
   another device count or package version is recorded and warned about;
 * a folder with ``summary.json`` is a finished run: nothing is retrained or rewritten;
 * ``--overwrite`` deletes a folder that holds a mechjax run (it has ``config.json``) and starts
-  afresh; a non-empty folder that is not a mechjax run is never deleted.
+  afresh; a non-empty folder that is not a mechjax run is never deleted;
+* a new run that fails before it writes anything is released (:func:`release`): it leaves no
+  ``config.json`` behind, so the corrected command starts without ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import shutil
 from typing import Any
 
 from mechjax import config as config_lib
+from mechjax.errors import InputError
 from mechjax.studies import runinfo
 from mechjax.train import distributed
 from mechjax.train import metrics as metrics_lib
@@ -29,7 +32,7 @@ from mechjax.train import metrics as metrics_lib
 IGNORED_KEYS = ("workdir", "overwrite")
 
 
-class WorkdirError(RuntimeError):
+class WorkdirError(InputError, RuntimeError):
   """The workdir cannot be used as asked; the message says why and what to do."""
 
 
@@ -117,3 +120,27 @@ def prepare(workdir: str, config: Any, overwrite: bool = False) -> Status:
     os.makedirs(p["figures"], exist_ok=True)
   runinfo.record_start(workdir)
   return Status.NEW
+
+
+def release(workdir: str, created: bool) -> bool:
+  """Undoes :func:`prepare` for a new run that failed before it wrote anything (a checkpoint that
+  does not load, a corpus that does not exist): removes ``config.json``, ``metadata.json`` and the
+  empty ``figures/``, and the folder itself when ``created`` (prepare made it). The corrected
+  command then starts without ``--overwrite``. A folder holding anything else (a metric, a stage, a
+  checkpoint) is kept, and resumes. Returns whether the folder was released."""
+  if not distributed.is_writer() or not os.path.isdir(workdir):
+    return False
+  claimed = {"config.json", runinfo.FILE, "figures"}
+  entries = set(os.listdir(workdir))
+  figures = os.path.join(workdir, "figures")
+  if not entries <= claimed or (os.path.isdir(figures) and os.listdir(figures)):
+    return False
+  for name in entries:
+    path = os.path.join(workdir, name)
+    if os.path.isdir(path):
+      os.rmdir(path)
+    else:
+      os.remove(path)
+  if created:
+    os.rmdir(workdir)
+  return True

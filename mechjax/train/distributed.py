@@ -15,11 +15,12 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from mechjax import sharding as sharding_lib
+from mechjax.errors import InputError
 
 State = dict
 
 
-class SetupError(ValueError):
+class SetupError(InputError):
   """A multi-host setting that cannot be used; the message names the environment variable."""
 
 

@@ -328,6 +328,15 @@ def test_save_writes_safetensors_that_load_reads_back_exactly_and_never_overwrit
   (tmp_path / "rotated" / "config.json").write_text(json.dumps(cfg))
   with pytest.raises(pretrained.CheckpointError, match="mechjax_arch must give exactly the fields"):
     pretrained.load(out)
+  # The source's tokenizer.json travels with the saved model when asked.
+  (tmp_path / "source").mkdir()
+  (tmp_path / "source" / "tokenizer.json").write_text('{"model": {"type": "WordLevel"}}')
+  with_tok = pretrained.save(tmp_path / "t", rotated, rotated_params, tokenizer=tmp_path / "source")
+  assert (tmp_path / "t" / "tokenizer.json").read_text() == '{"model": {"type": "WordLevel"}}'
+  assert not os.path.exists(os.path.join(out, "tokenizer.json")) and os.path.isdir(with_tok)
+  with pytest.raises(pretrained.CheckpointError, match="tokenizer=.*nope does not exist"):
+    pretrained.save(tmp_path / "u", rotated, rotated_params, tokenizer=tmp_path / "nope")
+  assert not (tmp_path / "u").exists()  # refused before anything is written
 
 
 def test_a_folder_without_weights_says_what_it_expected(tmp_path):

@@ -241,14 +241,20 @@ def test_one_draw_is_refused_before_sampling():
       )
 
 
-def test_the_report_of_one_chain_says_it_has_no_spread():
+def test_the_report_says_when_mixing_cannot_be_judged():
   mixing = {"rhat_max": None, "ess_min": None, "share_failing": 0.0}
   row = dict(llc=1.0, chi_mean=0.1, chi_abs_mean=0.1, chi_se_mean=None, resolved_fraction=0.0)
   summary = {
     "model": {"family": "gpt_neox", "layers": 6, "d_model": 512, "parameters": 70},
     "nbeta": 15.4,
     "probe_tokens": 504,
+    "chains": 1,
+    "evaluated_draws": 40,
     "components": {"all": {**row, "mixing": mixing}},
   }
   lines = pretrained_llc.report(summary)
-  assert lines[1].endswith("one chain: no standard error, R̂ or ESS"), lines
+  assert lines[1].endswith("one chain: mixing cannot be judged (no standard error, R̂ or ESS)")
+  lines = pretrained_llc.report({**summary, "chains": 4, "evaluated_draws": 2})
+  assert lines[1].endswith(
+    "2 evaluated draws per chain: mixing cannot be judged (R̂ and ESS need more)"
+  ), lines

@@ -26,8 +26,12 @@ def test_the_token_file_round_trips_and_says_its_format(tmp_path):
     tokens.write_tokens(tmp_path / "bad.tokens", [[1], [12]], eos_id=0, vocab_size=10)
   assert not (tmp_path / "bad.tokens").exists() and not (tmp_path / "bad.tokens.partial").exists()
   (tmp_path / "x.bin").write_bytes(b"not a token file at all")
-  with pytest.raises(ValueError, match="not a mechjax token file"):
+  with pytest.raises(tokens.CorpusError, match="not a mechjax token file.*corpus_from_text"):
     tokens.read_tokens(tmp_path / "x.bin")
+  with pytest.raises(tokens.CorpusError, match="is a folder; pass a token file"):
+    tokens.read_tokens(tmp_path)
+  with pytest.raises(tokens.CorpusError, match="nothing.tokens does not exist"):
+    tokens.read_tokens(tmp_path / "nothing.tokens")
 
 
 def test_windows_are_seeded_and_consecutive(tmp_path):
@@ -37,7 +41,7 @@ def test_windows_are_seeded_and_consecutive(tmp_path):
   np.testing.assert_array_equal(a, tokens.sample_windows(ids, 16, 32, seed=0))
   assert not np.array_equal(a, tokens.sample_windows(ids, 16, 32, seed=1))
   assert (np.diff(a[a[:, 0] < 480], axis=1) == 1).all()  # consecutive ids of the corpus
-  with pytest.raises(ValueError, match="fewer than one window"):
+  with pytest.raises(tokens.CorpusError, match="fewer than one window"):
     tokens.sample_windows(ids, seq_len=1000, num=1, seed=0)
 
 
@@ -58,5 +62,24 @@ def test_a_folder_of_text_files_becomes_a_corpus_in_one_call(tmp_path):
   path = tokens.corpus_from_text(texts, tmp_path, tmp_path / "corpus.tokens")
   ids = tokens.read_tokens(path)
   assert ids.tolist() == [2, 3, 4, 0, 6, 2, 5, 1, 0] and ids.eos_id == 0
-  with pytest.raises(FileNotFoundError, match="no .txt files"):
-    tokens.corpus_from_text(tmp_path / "texts" / "b" / "nothing", tmp_path, tmp_path / "x.tokens")
+  # Other endings, by suffix or by a glob pattern.
+  md = tokens.read_tokens(
+    tokens.corpus_from_text(texts, tmp_path, tmp_path / "md.tokens", suffixes=(".txt", ".md"))
+  )
+  assert md.tolist() == [2, 3, 4, 0, 6, 2, 5, 1, 0, 2, 2, 2, 0]
+  glob = tokens.read_tokens(tokens.corpus_from_text(f"{texts}/**/*.md", tmp_path, tmp_path / "g"))
+  assert glob.tolist() == [2, 2, 2, 0]
+  with pytest.raises(tokens.CorpusError, match="nothing does not exist"):
+    tokens.corpus_from_text(texts / "b" / "nothing", tmp_path, tmp_path / "x.tokens")
+  with pytest.raises(tokens.CorpusError, match="no files ending in .rst under .*suffixes="):
+    tokens.corpus_from_text(texts, tmp_path, tmp_path / "x.tokens", suffixes=".rst")
+  with pytest.raises(tokens.CorpusError, match=r"no files match the pattern .*\*\.rst"):
+    tokens.corpus_from_text(f"{texts}/*.rst", tmp_path, tmp_path / "x.tokens")
+  # A model's config.json passed as the tokenizer says so.
+  (tmp_path / "model").mkdir()
+  (tmp_path / "model" / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"]}')
+  with pytest.raises(tokens.CorpusError, match="config.json is not a tokenizer.json.*model conf"):
+    tokens.corpus_from_text(texts, tmp_path / "model" / "config.json", tmp_path / "x.tokens")
+  with pytest.raises(tokens.CorpusError, match="model/tokenizer.json does not exist"):
+    tokens.corpus_from_text(texts, tmp_path / "model", tmp_path / "x.tokens")
+  assert not (tmp_path / "x.tokens").exists()

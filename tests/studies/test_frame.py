@@ -223,3 +223,27 @@ def test_every_study_has_the_tiny_config_of_its_end_to_end_test():
   for name, settings in tiny.items():
     cfg = modules[name].Config().replace(**settings)
     assert isinstance(cfg, modules[name].Config), name
+
+
+def test_a_new_run_that_fails_before_writing_anything_leaves_nothing_to_refuse(tmp_path):
+  def failing(cfg, ctx, stage_first=False):
+    if stage_first:
+      ctx.stage("done", lambda: {"x": 1})
+    raise FileNotFoundError("the checkpoint is missing")
+
+  broken = frame.Study("toy", Config, failing).run
+  for folder, existed in ((tmp_path / "new", False), (tmp_path / "empty", True)):
+    if existed:
+      folder.mkdir()
+    with pytest.raises(FileNotFoundError, match="the checkpoint is missing"):
+      broken(Config(), folder, progress=False)
+    assert folder.exists() == existed and not (existed and any(folder.iterdir()))
+    # The corrected command, with other settings, starts without overwrite.
+    assert run(Config(scale=3.0), folder, progress=False)["value"] == 30.0
+  # A run that wrote a stage before it failed keeps it, and resumes.
+  keeper = frame.Study("toy", Config, lambda c, x: failing(c, x, stage_first=True)).run
+  with pytest.raises(FileNotFoundError):
+    keeper(Config(), tmp_path / "kept", progress=False)
+  assert (tmp_path / "kept" / "done.json").exists() and (tmp_path / "kept" / "config.json").exists()
+  with pytest.raises(WorkdirError, match="other settings"):
+    run(Config(scale=3.0), tmp_path / "kept", progress=False)

@@ -13,6 +13,8 @@ import dataclasses
 
 import jax
 
+from mechjax.errors import InputError
+
 ACTIVATIONS = {
   "gelu": lambda x: jax.nn.gelu(x, approximate=False),
   "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
@@ -23,7 +25,7 @@ ACTIVATIONS = {
 }
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
   """A checkpoint that cannot be loaded: what is wrong, by name, and what is supported."""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +48,8 @@ def read_weights(directory: str) -> dict[str, np.ndarray]:
       raise CheckpointError(
         f"{binary} needs torch to read; install torch, or convert it once where torch is: python "
         '-c "import torch; from safetensors.torch import save_file; save_file({k: v.contiguous() '
-        f"for k, v in torch.load('{binary}', weights_only=True).items()}}, 'model.safetensors')\""
+        f"for k, v in torch.load('{binary}', weights_only=True).items()}}, "
+        f"'{os.path.join(directory, 'model.safetensors')}')\""
       ) from None
     state = torch.load(binary, map_location="cpu", weights_only=True, mmap=True)
     out = {}
@@ -90,11 +92,7 @@ def load(directory: str | os.PathLike, *, dtype=jnp.float32) -> tuple[DecoderLM,
   {"params": params}, tokens_BxT)`` gives the logits. Raises :class:`CheckpointError`, one line,
   for an unsupported architecture or config value and for a missing or misshapen weight."""
   directory = os.fspath(directory)
-  path = os.path.join(directory, "config.json")
-  if not os.path.exists(path):
-    raise CheckpointError(f"{directory} has no config.json; pass a Hugging Face model directory")
-  with open(path) as f:
-    cfg = json.load(f)
+  cfg = read_config(directory)
   arch = families.arch_from_config(cfg)
   saved = cfg.get("architectures") == [families.SAVED_ARCHITECTURE]
   tensors = read_weights(directory)
@@ -106,6 +104,35 @@ def load(directory: str | os.PathLike, *, dtype=jnp.float32) -> tuple[DecoderLM,
   params = families.params_from_hf(arch, store, store.has)
   params = jax.tree.map(lambda x: jnp.asarray(x, dtype), params)
   return DecoderLM(arch, dtype), params
+
+
+def read_config(directory: str) -> dict:
+  """The checkpoint's ``config.json`` as a dict; one line for a directory that does not exist, a
+  hub cache folder (``models--org--name``, whose ``snapshots/<revision>/`` is the checkpoint), a
+  folder without ``config.json`` and a config that is not JSON."""
+  if not os.path.exists(directory):
+    raise CheckpointError(f"{directory} does not exist; pass a Hugging Face model directory")
+  if not os.path.isdir(directory):
+    raise CheckpointError(
+      f"{directory} is a file; pass the Hugging Face model directory that holds config.json"
+    )
+  path = os.path.join(directory, "config.json")
+  if not os.path.exists(path):
+    snapshots = os.path.join(directory, "snapshots")
+    revisions = sorted(os.listdir(snapshots)) if os.path.isdir(snapshots) else []
+    if revisions:
+      shown = ", ".join(os.path.join(snapshots, r) for r in revisions[:3])
+      more = f" (and {len(revisions) - 3} more)" if len(revisions) > 3 else ""
+      raise CheckpointError(
+        f"{directory} is a Hugging Face hub cache folder, not a checkpoint; pass one of its "
+        f"snapshots/<revision>/ folders: {shown}{more}"
+      )
+    raise CheckpointError(f"{directory} has no config.json; pass a Hugging Face model directory")
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise CheckpointError(f"{path} is not valid JSON ({e}); the checkpoint is damaged") from None
 
 
 def _load_saved(arch: Arch, tensors: dict, dtype) -> tuple[DecoderLM, dict]:
@@ -129,7 +156,13 @@ def param_name(path) -> str:
   return ".".join(str(getattr(k, "key", k)) for k in path)
 
 
-def save(directory: str | os.PathLike, model: DecoderLM, params: dict) -> str:
+def save(
+  directory: str | os.PathLike,
+  model: DecoderLM,
+  params: dict,
+  *,
+  tokenizer: str | os.PathLike | None = None,
+) -> str:
   """Writes ``(model, params)`` to a new checkpoint directory that :func:`load` reads back
   exactly: ``config.json`` (``architectures: ["MechjaxDecoderLM"]`` and the :class:`Arch`) and
   ``model.safetensors``, one tensor per param named by its path (``attn_0.query.kernel``).
@@ -138,12 +171,29 @@ def save(directory: str | os.PathLike, model: DecoderLM, params: dict) -> str:
   (:func:`fold_norms`, :func:`rotate_residual`). This is mechjax's layout, not Hugging Face's:
   transformers does not read it. A directory that already holds a ``config.json`` or weights is
   refused, not overwritten. Returns the directory.
+
+  ``tokenizer``, the source checkpoint's ``tokenizer.json`` or its directory, is copied in as
+  ``tokenizer.json``, so that corpora (:mod:`mechjax.data.tokens`) and the studies' tokenizer
+  check work on the saved model as on its source::
+
+      pretrained.save("folded", *pretrained.fold_norms(model, params), tokenizer="pythia-70m")
   """
   directory = os.fspath(directory)
   for name in ("config.json", "model.safetensors", "model.safetensors.index.json"):
     if os.path.exists(os.path.join(directory, name)):
       raise FileExistsError(f"{directory} already holds {name}; save writes a new directory")
+  source = None
+  if tokenizer is not None:
+    source = os.fspath(tokenizer)
+    if os.path.isdir(source):
+      source = os.path.join(source, "tokenizer.json")
+    if not os.path.isfile(source):
+      raise CheckpointError(
+        f"tokenizer={source} does not exist; pass a tokenizer.json or its checkpoint directory"
+      )
   os.makedirs(directory, exist_ok=True)
+  if source is not None:
+    shutil.copyfile(source, os.path.join(directory, "tokenizer.json"))
   flat = {param_name(k): np.asarray(v) for k, v in jax.tree_util.tree_leaves_with_path(params)}
   write_safetensors(os.path.join(directory, "model.safetensors"), flat)
   with open(os.path.join(directory, "config.json"), "w") as f:

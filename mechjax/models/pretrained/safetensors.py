@@ -30,9 +30,22 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
   """Every tensor of a ``.safetensors`` file as a read-only memory map (nothing is read until it
   is used). The format: an 8-byte little-endian header length, a JSON header
   ``{name: {"dtype", "shape", "data_offsets": [begin, end]}}``, then the bytes."""
+  size = os.path.getsize(path)
+  damaged = f"{path} is truncated or damaged"
   with open(path, "rb") as f:
-    (n,) = np.frombuffer(f.read(8), "<u8")
-    header = json.loads(f.read(int(n)))
+    head = f.read(8)
+    if len(head) < 8:
+      raise CheckpointError(f"{damaged}: it has {size} bytes, fewer than a header; copy it again")
+    (n,) = np.frombuffer(head, "<u8")
+    if 8 + int(n) > size:
+      raise CheckpointError(
+        f"{damaged}: its header says {int(n):,} bytes of JSON and the file has {size:,} bytes; "
+        "copy it again"
+      )
+    try:
+      header = json.loads(f.read(int(n)))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+      raise CheckpointError(f"{damaged}: its header is not JSON; copy it again") from None
   header.pop("__metadata__", None)
   out = {}
   for name, info in header.items():
@@ -41,6 +54,11 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
     begin, end = info["data_offsets"]
     dtype = np.dtype(_SAFETENSORS_DTYPES[info["dtype"]])
     shape = tuple(info["shape"])
+    if end - begin != dtype.itemsize * int(np.prod(shape)) or 8 + int(n) + end > size:
+      raise CheckpointError(
+        f"{damaged}: tensor {name} ({info['dtype']} {list(shape)}) needs bytes {begin:,} to "
+        f"{end:,} of the data and the file holds {size - 8 - int(n):,}; copy it again"
+      )
     if end == begin:
       out[name] = np.zeros(shape, dtype)
       continue

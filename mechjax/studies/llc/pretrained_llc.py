@@ -154,6 +154,8 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     },
     "nbeta": sus["nbeta"],
     "probe_tokens": chi.shape[1],
+    "chains": cfg.sgld.num_chains,
+    "evaluated_draws": -(-cfg.sgld.num_draws // eval_stride(cfg)),  # per chain
     "components": {
       name: {
         "llc": sus["llc"][c],
@@ -224,7 +226,8 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
   ctx.log(
     f"plan: {total:,} parameters; {len(components)} restrictions in {len(todo)} parts; "
     f"{s.num_chains} chains × ({s.num_burnin} burn-in + {s.num_draws} draws) each, L and the "
-    f"probes evaluated on every {k}-th draw ({-(-s.num_draws // k)} per chain)"
+    f"probes evaluated {'on every draw' if k == 1 else f'every {k} draws'} "
+    f"({-(-s.num_draws // k)} per chain)"
   )
   for i, (label, group) in enumerate(todo):
     sizes = [count(r, total) for r in group.values()]
@@ -366,8 +369,8 @@ def report(summary: dict) -> list[str]:
     f"parameters; nβ = {summary['nbeta']:.1f}, {summary['probe_tokens']} probe tokens"
   ]
   for name, c in summary["components"].items():
-    if c["mixing"]["rhat_max"] is None:  # one chain: no spread over chains to judge by
-      spread = "one chain: no standard error, R̂ or ESS"
+    if c["mixing"]["rhat_max"] is None:  # R̂ is undefined: mixing cannot be judged
+      spread = unjudged(summary)
     else:
       spread = (
         f"|χ| > 2 s.e. for {100 * c['resolved_fraction']:.0f}% of tokens | R̂ ≤ "
@@ -376,6 +379,17 @@ def report(summary: dict) -> list[str]:
       )
     lines.append(f"  {name:<16} LLC {c['llc']:8.2f} | mean χ {c['chi_mean']:+.3g} | {spread}")
   return lines
+
+
+def unjudged(summary: dict) -> str:
+  """Why a run's mixing cannot be judged: one chain (no spread over chains), or too few evaluated
+  draws per chain for the split-chain R̂ and ESS."""
+  if summary.get("chains", 2) < 2:
+    return "one chain: mixing cannot be judged (no standard error, R̂ or ESS)"
+  return (
+    f"{summary.get('evaluated_draws', 'too few')} evaluated draws per chain: mixing cannot be "
+    "judged (R̂ and ESS need more)"
+  )
 
 
 def plot(names: list[str], chi: np.ndarray, path: str) -> str:
