@@ -1,16 +1,22 @@
 """Token corpora for pretrained language models: text files tokenized with a checkpoint's own
 ``tokenizer.json``, stored in one memory-mapped token file, and seeded windows drawn from it.
 
-The token file (``.tokens``) is a 16-byte header, then the ids::
+The token file (``.tokens``) is a 48-byte header, then the ids::
 
-    bytes 0-7    b"MJXTOK01"                 (the format and its version)
+    bytes 0-7    b"MJXTOK02"                 (the format and its version)
     bytes 8-11   uint32 little-endian: 2 or 4 (bytes per id: uint16 or uint32)
     bytes 12-15  uint32 little-endian: the end-of-document id written between documents
-    bytes 16-    the ids, little-endian, one document after another, each followed by that id
+    bytes 16-47  the fingerprint of the tokenizer that made the ids (:func:`fingerprint`), or 32
+                 zero bytes when it is not known
+    bytes 48-    the ids, little-endian, one document after another, each followed by that id
 
 uint16 is used whenever the vocabulary fits (ids below 65,536), uint32 otherwise.
 :func:`read_tokens` memory-maps the ids, so a corpus larger than memory costs nothing until it is
-read.
+read. Version 1 (``b"MJXTOK01"``, a 16-byte header without the fingerprint) is still read.
+
+The pretrained studies compare the corpus's fingerprint with the checkpoint's ``tokenizer.json``
+(:func:`check_tokenizer`) and refuse a corpus made with another tokenizer, whose ids would fit the
+vocabulary and mean other words.
 
 Example::
 
@@ -23,7 +29,10 @@ Example::
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -31,8 +40,10 @@ import numpy as np
 from mechjax import rng
 from mechjax.errors import InputError
 
-MAGIC = b"MJXTOK01"
-HEADER = 16
+MAGIC = b"MJXTOK02"
+HEADER = 48
+HEADERS = {b"MJXTOK01": 16, MAGIC: HEADER}  # every version read, and its header's length
+UNKNOWN = bytes(32)  # the fingerprint of a corpus whose tokenizer is not known
 
 
 MAKE_ONE = (
@@ -46,20 +57,36 @@ class CorpusError(InputError):
   to make a token file."""
 
 
+class CorpusWarning(UserWarning):
+  """A corpus that cannot be checked against its model's tokenizer."""
+
+
 class TokenFile(np.memmap):
-  """The ids of a token file (a read-only memory map) with its ``eos_id``."""
+  """The ids of a token file (a read-only memory map) with its ``eos_id`` and ``fingerprint``
+  (the hex digest of its tokenizer's :func:`fingerprint`, or None when not known)."""
 
   eos_id: int
+  fingerprint: str | None
 
 
 def write_tokens(
-  path: str | os.PathLike, documents, eos_id: int, *, vocab_size: int | None = None
+  path: str | os.PathLike,
+  documents,
+  eos_id: int,
+  *,
+  vocab_size: int | None = None,
+  tokenizer_fingerprint: str | None = None,
 ) -> str:
   """Writes ``documents`` (an iterable of id sequences) to the token file ``path``, ``eos_id`` after
   each one, and returns the path. With ``vocab_size`` the documents are streamed to disk (the id
   width follows from it); without, they are held until the widest id is known. Refuses to
-  overwrite an existing file, and ids outside ``[0, vocab_size)``."""
+  overwrite an existing file, and ids outside ``[0, vocab_size)``. ``tokenizer_fingerprint`` (the
+  hex digest :func:`fingerprint` gives) records the tokenizer that made the ids;
+  :func:`corpus_from_text` passes it."""
   path = os.fspath(path)
+  mark = UNKNOWN if tokenizer_fingerprint is None else bytes.fromhex(tokenizer_fingerprint)
+  if len(mark) != len(UNKNOWN):
+    raise ValueError(f"tokenizer_fingerprint must be a SHA-256 hex digest; got {mark.hex()!r}")
   if os.path.exists(path):
     raise FileExistsError(f"{path} exists; remove it or choose another path for the token file")
   if vocab_size is None:
@@ -73,7 +100,7 @@ def write_tokens(
   tmp, count = path + ".partial", 0
   try:
     with open(tmp, "wb") as f:
-      f.write(MAGIC + np.array([width, eos_id], "<u4").tobytes())
+      f.write(MAGIC + np.array([width, eos_id], "<u4").tobytes() + mark)
       for d in documents:
         d = np.asarray(d, np.int64).ravel()
         if d.size and (d.min() < 0 or d.max() >= vocab_size):
@@ -93,7 +120,7 @@ def write_tokens(
 
 
 def read_tokens(path: str | os.PathLike) -> TokenFile:
-  """The ids of a token file as a read-only memory map, with ``.eos_id``."""
+  """The ids of a token file as a read-only memory map, with ``.eos_id`` and ``.fingerprint``."""
   path = os.fspath(path)
   if not os.path.exists(path):
     raise CorpusError(f"{path} does not exist; pass a token file, which {MAKE_ONE} makes from text")
@@ -103,17 +130,20 @@ def read_tokens(path: str | os.PathLike) -> TokenFile:
     )
   with open(path, "rb") as f:
     head = f.read(HEADER)
-  if len(head) < HEADER or head[:8] != MAGIC:
+  size = HEADERS.get(head[:8])
+  if size is None or len(head) < size:
     raise CorpusError(
       f"{path} is not a mechjax token file (it does not start with {MAGIC!r}); to make one from "
       f"text files: {MAKE_ONE}"
     )
-  width, eos_id = np.frombuffer(head[8:], "<u4")
+  width, eos_id = np.frombuffer(head[8:16], "<u4")
   if width not in (2, 4):
     raise CorpusError(f"{path}: bytes per id must be 2 or 4; the header says {width}")
-  ids = np.memmap(path, dtype="<u2" if width == 2 else "<u4", mode="r", offset=HEADER)
+  ids = np.memmap(path, dtype="<u2" if width == 2 else "<u4", mode="r", offset=size)
   out = ids.view(TokenFile)
   out.eos_id = int(eos_id)
+  mark = head[16:size]
+  out.fingerprint = mark.hex() if mark and mark != UNKNOWN else None
   return out
 
 
@@ -204,7 +234,69 @@ def corpus_from_text(
       with open(f, encoding="utf-8") as fh:
         yield tok.encode(fh.read(), add_special_tokens=False).ids
 
-  return write_tokens(out, documents(), eos_id, vocab_size=tok.get_vocab_size())
+  return write_tokens(
+    out,
+    documents(),
+    eos_id,
+    vocab_size=tok.get_vocab_size(),
+    tokenizer_fingerprint=fingerprint(tok),
+  )
+
+
+# The parts of a tokenizer.json that decide which ids a text becomes (add_special_tokens=False):
+# not its decoder, padding, truncation or post-processor.
+_ENCODING = ("normalizer", "pre_tokenizer", "model", "added_tokens")
+
+
+def fingerprint(tok) -> str:
+  """The SHA-256 hex digest of what in a tokenizer decides the ids a text becomes: its
+  normalizer, pre-tokenizer, model (vocabulary and merges) and added tokens, as sorted JSON. Two
+  copies of one tokenizer.json, or the same one formatted otherwise, agree; a tokenizer with one
+  token more does not. ``tok`` is a ``tokenizers.Tokenizer``, a ``tokenizer.json`` or its
+  checkpoint directory."""
+  if isinstance(tok, (str, os.PathLike)):
+    tok = tokenizer(tok)
+  spec = json.loads(tok.to_str())
+  encoding = {k: spec.get(k) for k in _ENCODING}
+  return hashlib.sha256(json.dumps(encoding, sort_keys=True).encode()).hexdigest()
+
+
+def check_tokenizer(ids: TokenFile, checkpoint: str | os.PathLike, *, allow_mismatch: bool = False):
+  """Refuses, in one line, a corpus made with another tokenizer than ``checkpoint``'s
+  ``tokenizer.json``: its ids fit the vocabulary but are other words. With ``allow_mismatch`` the
+  refusal becomes a :class:`CorpusWarning`, as are a corpus without a fingerprint (token file
+  version 1, or written without one) and a checkpoint without a ``tokenizer.json``, which cannot be
+  checked."""
+  checkpoint = os.fspath(checkpoint)
+  path = os.path.join(checkpoint, "tokenizer.json")
+  recorded = getattr(ids, "fingerprint", None)
+  if recorded is None:
+    warnings.warn(
+      "the corpus records no tokenizer (a token file from before format 2, or written without "
+      f"one), so it is not checked against {path}; remake it with corpus_from_text to check it",
+      CorpusWarning,
+      stacklevel=2,
+    )
+    return
+  if not os.path.exists(path):
+    warnings.warn(
+      f"{checkpoint} has no tokenizer.json, so the corpus is not checked against the model's "
+      "tokenizer",
+      CorpusWarning,
+      stacklevel=2,
+    )
+    return
+  model = fingerprint(path)
+  if model == recorded:
+    return
+  message = (
+    f"the corpus was made with another tokenizer than {path} (fingerprints {recorded[:12]} and "
+    f"{model[:12]}): its ids would be other words; make it "
+    "with this checkpoint's tokenizer.json"
+  )
+  if not allow_mismatch:
+    raise CorpusError(message + ", or pass --allow_other_tokenizer if you know they agree")
+  warnings.warn(message + " (allowed)", CorpusWarning, stacklevel=2)
 
 
 def text_files(texts: str | os.PathLike, suffixes: str | Sequence[str] = (".txt",)) -> list[str]:

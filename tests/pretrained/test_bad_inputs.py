@@ -12,14 +12,33 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
+from mechjax.data import tokens
 from tests.helpers import ROOT
 from tests.pretrained.test_studies import HERE
 from tests.pretrained.test_studies import TINY_CONFIGS
-from tests.pretrained.test_studies import corpus
 
 NEOX = os.path.join(HERE, "gpt_neox")
+
+
+def word_tokenizer(path, shift=0):
+  """A word-level tokenizer.json over the tiny checkpoints' 61 ids (``shift`` reorders the words,
+  which makes another tokenizer with the same vocabulary size)."""
+  tk = pytest.importorskip("tokenizers")
+  words = [f"w{(i + shift) % 60 + 1}" for i in range(60)]
+  vocab = {"<|endoftext|>": 0, **{w: i + 1 for i, w in enumerate(words)}}
+  model = tk.Tokenizer(tk.models.WordLevel(vocab, unk_token="w1"))
+  model.pre_tokenizer = tk.pre_tokenizers.Whitespace()
+  model.save(str(path))
+  return str(path)
+
+
+def fingerprinted_corpus(path, tokenizer_json):
+  docs = np.random.default_rng(0).integers(1, 61, (20, 40))
+  mark = tokens.fingerprint(tokenizer_json)
+  return tokens.write_tokens(path, docs, eos_id=0, tokenizer_fingerprint=mark)
 
 
 def _checkpoint(root, name, source=NEOX, **config):
@@ -33,8 +52,12 @@ def _checkpoint(root, name, source=NEOX, **config):
 
 
 def _inputs(root) -> dict:
-  """The bad inputs, made on disk: ``{name: path}``."""
-  out = {"corpus": str(corpus(root))}
+  """The bad inputs, made on disk, and a good checkpoint and corpus: ``{name: path}``."""
+  out = {"model": _checkpoint(root, "model")}
+  word_tokenizer(root / "model" / "tokenizer.json")
+  out["corpus"] = fingerprinted_corpus(root / "corpus.tokens", root / "model")
+  other = word_tokenizer(root / "other.json", shift=7)
+  out["other_corpus"] = fingerprinted_corpus(root / "other.tokens", other)
   out["no_config"] = str(root / "empty")
   os.makedirs(out["no_config"])
   hub = root / "models--EleutherAI--pythia-70m"
@@ -82,6 +105,7 @@ LLC_CASES = [
   ("corpus_is_a_folder", ["--corpus={texts}"], "is a folder; pass a token file.*corpus_from_text"),
   ("corpus_is_text", ["--corpus={text_file}"], "not a mechjax token file.*corpus_from_text"),
   ("corpus_is_a_config", ["--corpus={yarn}/config.json"], "not a mechjax token file"),
+  ("other_tokenizer", ["--corpus={other_corpus}"], "made with another tokenizer than .*model/"),
   ("model_axis", ["--model_axis=3"], "model_axis=3 must divide the 1 devices"),
   ("seq_len", ["--seq_len=4096"], "seq_len: must be at most 24"),
   ("components", ["--components=l9h0"], "components"),
@@ -91,6 +115,7 @@ POLY_CASES = [
   ("truncated_model_a", ["--model_a={truncated}"], "truncated or damaged"),
   ("hub_cache_root", ["--model_b={hub_root}"], "hub cache folder"),
   ("corpus_is_text", ["--corpus={text_file}"], "not a mechjax token file"),
+  ("other_tokenizer", ["--corpus={other_corpus}"], "another tokenizer.*allow_other_tokenizer"),
   ("widths_differ", ["--model_b={wide}"], "must have the same d_model; got 32 and 24"),
 ]
 
@@ -100,9 +125,10 @@ def outcomes(tmp_path_factory):
   """``{(study, case): {"status", "stderr", "traceback", "claimed"}}`` for every case."""
   root = tmp_path_factory.mktemp("bad")
   paths = {**_inputs(root), "root": str(root)}
+  model, corpus = paths["model"], paths["corpus"]
   good = {
-    "pretrained_llc": {"model": NEOX, "corpus": paths["corpus"]},
-    "pretrained_polymorphism": {"model_a": NEOX, "model_b": NEOX, "corpus": paths["corpus"]},
+    "pretrained_llc": {"model": model, "corpus": corpus},
+    "pretrained_polymorphism": {"model_a": model, "model_b": model, "corpus": corpus},
   }
   out = {}
   for study, cases in (("pretrained_llc", LLC_CASES), ("pretrained_polymorphism", POLY_CASES)):

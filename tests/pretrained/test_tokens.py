@@ -14,7 +14,8 @@ def test_the_token_file_round_trips_and_says_its_format(tmp_path):
   docs = [[5, 6, 7], [], [65535, 1]]
   path = tokens.write_tokens(tmp_path / "c.tokens", docs, eos_id=0)
   raw = pathlib.Path(path).read_bytes()
-  assert raw[:8] == b"MJXTOK01" and np.frombuffer(raw[8:16], "<u4").tolist() == [2, 0]
+  assert raw[:8] == b"MJXTOK02" and np.frombuffer(raw[8:16], "<u4").tolist() == [2, 0]
+  assert raw[16:48] == bytes(32) and tokens.read_tokens(path).fingerprint is None  # not known
   ids = tokens.read_tokens(path)
   assert isinstance(ids, np.memmap) and ids.eos_id == 0 and ids.dtype == np.dtype("<u2")
   assert ids.tolist() == [5, 6, 7, 0, 0, 65535, 1, 0]
@@ -62,6 +63,7 @@ def test_a_folder_of_text_files_becomes_a_corpus_in_one_call(tmp_path):
   path = tokens.corpus_from_text(texts, tmp_path, tmp_path / "corpus.tokens")
   ids = tokens.read_tokens(path)
   assert ids.tolist() == [2, 3, 4, 0, 6, 2, 5, 1, 0] and ids.eos_id == 0
+  assert ids.fingerprint == tokens.fingerprint(tmp_path / "tokenizer.json")
   # Other endings, by suffix or by a glob pattern.
   md = tokens.read_tokens(
     tokens.corpus_from_text(texts, tmp_path, tmp_path / "md.tokens", suffixes=(".txt", ".md"))
@@ -83,3 +85,41 @@ def test_a_folder_of_text_files_becomes_a_corpus_in_one_call(tmp_path):
   with pytest.raises(tokens.CorpusError, match="model/tokenizer.json does not exist"):
     tokens.corpus_from_text(texts, tmp_path / "model", tmp_path / "x.tokens")
   assert not (tmp_path / "x.tokens").exists()
+
+
+def test_the_corpus_records_its_tokenizer_and_a_mismatch_is_refused(tmp_path):
+  from tests.pretrained.test_bad_inputs import fingerprinted_corpus
+  from tests.pretrained.test_bad_inputs import word_tokenizer
+
+  (tmp_path / "model").mkdir()
+  mine = word_tokenizer(tmp_path / "model" / "tokenizer.json")
+  other = word_tokenizer(tmp_path / "other.json", shift=7)
+  mark = tokens.fingerprint(mine)
+  assert len(mark) == 64 and mark != tokens.fingerprint(other)
+  # The same tokenizer written with other formatting has the same fingerprint.
+  (tmp_path / "pretty.json").write_text(
+    json.dumps(json.loads(pathlib.Path(mine).read_text()), indent=4)
+  )
+  assert tokens.fingerprint(tmp_path / "pretty.json") == mark
+  ids = tokens.read_tokens(fingerprinted_corpus(tmp_path / "c.tokens", mine))
+  assert (
+    ids.fingerprint == mark
+    and pathlib.Path(tmp_path / "c.tokens").read_bytes()[16:48].hex() == mark
+  )
+  tokens.check_tokenizer(ids, tmp_path / "model")  # the same tokenizer: no warning, no error
+  theirs = tokens.read_tokens(fingerprinted_corpus(tmp_path / "o.tokens", other))
+  with pytest.raises(tokens.CorpusError, match="another tokenizer than .*allow_other_tokenizer"):
+    tokens.check_tokenizer(theirs, tmp_path / "model")
+  with pytest.warns(tokens.CorpusWarning, match=r"another tokenizer .*\(allowed\)"):
+    tokens.check_tokenizer(theirs, tmp_path / "model", allow_mismatch=True)
+  with pytest.warns(tokens.CorpusWarning, match="has no tokenizer.json"):
+    tokens.check_tokenizer(ids, tmp_path)
+  # A version-1 file (16-byte header, no fingerprint) is still read, and gets a warning.
+  old = tmp_path / "old.tokens"
+  old.write_bytes(
+    b"MJXTOK01" + np.array([2, 0], "<u4").tobytes() + np.array([5, 6, 0], "<u2").tobytes()
+  )
+  v1 = tokens.read_tokens(old)
+  assert v1.tolist() == [5, 6, 0] and v1.fingerprint is None and v1.eos_id == 0
+  with pytest.warns(tokens.CorpusWarning, match="records no tokenizer"):
+    tokens.check_tokenizer(v1, tmp_path / "model")

@@ -80,6 +80,11 @@ class Config(config.Settings):
     "key/value group), 'l2 attn', 'l2 mlp', embed, unembed, all, and unions joined by +. Empty: "
     "every head and every MLP.",
   )
+  allow_other_tokenizer: bool = config.setting(
+    False,
+    "Sample on a corpus whose recorded tokenizer differs from the checkpoint's tokenizer.json "
+    "(refused otherwise: its ids would be other words).",
+  )
   model_axis: int = config.setting(
     1, "Devices that split each parameter (the rest split the chains).", check=config.at_least(1)
   )
@@ -131,6 +136,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
       "(max_position_embeddings)",
     )
   ids = tokens_lib.read_tokens(cfg.corpus)
+  tokens_lib.check_tokenizer(ids, cfg.model, allow_mismatch=cfg.allow_other_tokenizer)
   windows = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_windows, cfg.seed, "sgld-windows")
   probes = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_probes, cfg.seed, "probe-windows")
   pretrained.check_tokens(model.arch, windows)

@@ -82,12 +82,19 @@ class Config(config.Settings):
     199, "Haar rotations in each test's null sample.", check=config.at_least(19)
   )
   seed: int = config.setting(0, "Seed of the windows and the tests.", check=config.at_least(0))
+  allow_other_tokenizer: bool = config.setting(
+    False,
+    "Run on a corpus whose recorded tokenizer differs from a checkpoint's tokenizer.json (refused "
+    "otherwise: its ids would be other words).",
+  )
 
 
 def _windows_and_sites(cfg: Config, model_a, model_b):
   """``(fit windows, held-out windows, sites)``: the corpus's seeded windows, checked against both
   models, and the residual sites both models have, in A's stream order."""
   ids = tokens_lib.read_tokens(cfg.corpus)
+  for model_dir in (cfg.model_a, cfg.model_b):
+    tokens_lib.check_tokenizer(ids, model_dir, allow_mismatch=cfg.allow_other_tokenizer)
   fit_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.fit_windows, cfg.seed, "fit-windows")
   held_w = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.held_windows, cfg.seed, "held-windows")
   for model in (model_a, model_b):
