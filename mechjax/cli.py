@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 import os
 import sys
+import textwrap
+import warnings
 from typing import Callable
 
 from absl import app
@@ -155,7 +157,8 @@ def experiment(study: Study, module_name: str):
 
   ``main()`` parses the flags into a ``Config``, calls ``study.run(cfg, --workdir,
   overwrite=--overwrite)`` (which applies the workdir contract itself, so a call from Python obeys
-  the same rules), and prints ``study.report(summary)`` and then, last, where the outputs are,
+  the same rules), and prints ``study.report(summary)``, the study's verdict, and then, last,
+  where the outputs are,
   naming ``report.html``. A study with ``cpu_cores_as_devices`` makes every CPU core a JAX device
   first (:func:`mechjax.use_all_cpu_cores`). Use it as::
 
@@ -182,6 +185,9 @@ def experiment(study: Study, module_name: str):
     )
     for line in study.report(summary):
       print(line)
+    if study.verdict is not None:
+      for paragraph in study.verdict(summary):
+        print(textwrap.fill(paragraph, 100, initial_indent="  ", subsequent_indent="  "))
     figures = f" and figures/ ({', '.join(summary['figures'])})" if summary.get("figures") else ""
     print(f"wrote {FLAGS.workdir}/summary.json{figures}; open {FLAGS.workdir}/report.html")
 
@@ -218,6 +224,17 @@ def parse_flags(argv: list[str]) -> list[str]:
     sys.exit(2)
 
 
+_DEFAULT_FORMAT = warnings.formatwarning
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+  """mechjax's own warnings (a corpus that cannot be checked, chains that did not mix) as one line,
+  ``warning: <message>``, without the file and source line; others as Python prints them."""
+  if category.__module__.startswith("mechjax"):
+    return f"warning: {message}\n"
+  return _DEFAULT_FORMAT(message, category, filename, lineno, line)
+
+
 def execute(main: Callable[[list[str]], None]) -> None:
   """``absl.app.run`` with one-line errors: exit 2 for every :class:`mechjax.errors.InputError` (a
   bad flag, a refused config, a checkpoint, corpus or workdir that cannot be used), exit 1 for
@@ -226,6 +243,7 @@ def execute(main: Callable[[list[str]], None]) -> None:
 
   def wrapped(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO.
+    warnings.formatwarning = _format_warning
     try:
       distributed.initialize_distributed()
       main(argv)

@@ -1,11 +1,14 @@
 """``report.html``: a run, or a sweep, at a glance in a browser, without a server.
 
-A run's report leads with the study's results (the lines its ``report(summary)`` prints) and every
-figure in ``figures/`` with its caption; then its config (``config.json``) and what it ran on
-(``metadata.json``); last, collapsed, the whole summary as a table (nested keys joined by dots,
-floats to 4 significant digits). Files are linked by relative paths, so the folder can be moved or
-copied as a whole. A sweep root's report leads with the results table (one row per member, linking
-its own report) and ``results.png`` when there is one.
+A run's report leads with the study's verdict when it gives one (a few sentences: the answer and
+how far to trust it), beside the first figure so that both are on the first screen; then the other
+figures in ``figures/`` with their captions, then the study's results (the lines its
+``report(summary)`` prints; shown first, above the figures, when there is no verdict, and collapsed
+otherwise); then its config (``config.json``) and what it ran on (``metadata.json``); last,
+collapsed, the whole summary as a table (nested keys joined by dots, floats to 4 significant
+digits). Files are linked by relative paths, so the folder can be moved or copied as a whole. A
+sweep root's report leads with the results table (one row per member, linking its own report) and
+``results.png`` when there is one.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ FIGURE_TYPES = (".png", ".svg", ".jpg", ".jpeg", ".gif")
 _MAX_CELL = 240  # characters of a value shown in a cell; the full value is in its tooltip
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em;
+body { font-family: system-ui, sans-serif; margin: 1em auto; max-width: 1200px; padding: 0 1em;
        color: #222; }
-h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+h1 { font-size: 1.5em; margin: 0.3em 0; }
+h2 { font-size: 1.2em; margin-top: 1.5em; border-bottom: 1px solid #ddd; }
+h1 + h2 { margin-top: 0.6em; }
 table { border-collapse: collapse; font-size: 0.9em; }
 td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } td.key { font-family: monospace; white-space: nowrap; }
@@ -33,6 +38,11 @@ figcaption { font-family: monospace; font-size: 0.85em; color: #555; }
 pre.results { background: #f7f7f7; border: 1px solid #ddd; padding: 0.8em; font-size: 0.9em;
               overflow-x: auto; }
 details summary { cursor: pointer; font-weight: bold; margin-top: 2em; }
+.verdict p { line-height: 1.35; margin: 0.3em 0; max-width: 70em; }
+.lead { display: flex; gap: 1.5em; align-items: flex-start; }
+.lead .verdict { flex: 1 1 42%; font-size: 0.95em; } .lead figure { flex: 1 1 58%; margin: 0; }
+.lead figure img { max-height: 85vh; }
+@media (max-width: 900px) { .lead { display: block; } }
 """
 
 
@@ -109,6 +119,7 @@ def write_run_report(
   title: str | None = None,
   lines: Iterable[str] = (),
   captions: dict[str, str] | None = None,
+  verdict: Sequence[str] = (),
 ) -> str:
   """Writes ``<workdir>/report.html`` and returns its path.
 
@@ -119,6 +130,8 @@ def write_run_report(
     title: the page's title; by default the experiment in the command line, or the folder's name.
     lines: the study's results, as its ``report(summary)`` prints them; shown first.
     captions: one line per figure file name (``"loss.png"``), saying what its curves and bands are.
+    verdict: paragraphs shown first, under "Verdict": the answer and how far to trust it. With a
+      verdict, the results ``lines`` are collapsed below the figures.
   """
   config = _load(os.path.join(workdir, "config.json"))
   metadata = _load(os.path.join(workdir, "metadata.json"))
@@ -138,17 +151,24 @@ def write_run_report(
       html.escape(text) + " " if text else ""
     ) + f'<span class="muted">({html.escape(f)})</span>'
 
-  figure_html = "".join(
+  shown_figures = [
     f'<figure><a href="{html.escape(f)}"><img src="{html.escape(f)}" alt="{html.escape(f)}"></a>'
     f"<figcaption>{caption(f)}</figcaption></figure>"
     for f in figures
-  )
+  ]
   lines = [str(line) for line in lines]
-  results = (
-    '<h2>Results</h2><pre class="results">' + html.escape("\n".join(lines)) + "</pre>"
-    if lines
-    else ""
-  )
+  block = '<pre class="results">' + html.escape("\n".join(lines)) + "</pre>"
+  verdict_html = "".join(f"<p>{html.escape(str(p))}</p>" for p in verdict)
+  if verdict_html:  # the verdict beside the first figure: both on the first screen
+    first = shown_figures.pop(0) if shown_figures else ""
+    lead = (
+      f'<h2>Verdict</h2><div class="lead"><div class="verdict">{verdict_html}</div>{first}</div>'
+    )
+    tail = f"<details><summary>Results: every number, as printed</summary>{block}</details>"
+  else:
+    lead, tail = ("<h2>Results</h2>" + block if lines else ""), ""
+  if not lines:
+    tail = ""
   files = sorted(
     {
       f
@@ -160,9 +180,13 @@ def write_run_report(
   file_links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in files)
   resumes = len((metadata or {}).get("resumes", []))
   body = (
-    results
-    + "<h2>Figures</h2>"
-    + (figure_html or '<p class="muted">no figures</p>')
+    lead
+    + (
+      "<h2>Figures</h2>" + ("".join(shown_figures) or '<p class="muted">no figures</p>')
+      if shown_figures or not verdict_html
+      else ""
+    )
+    + tail
     + f"<p>Files: {file_links or '(none)'}</p>"
     + "<h2>Config</h2>"
     + _table(config, "no config.json")

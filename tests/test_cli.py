@@ -182,3 +182,15 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
   sa = json.loads((straight / "summary.json").read_text())
   sb = json.loads((killed / "summary.json").read_text())
   assert sa["conditions"] == sb["conditions"]
+
+
+def test_mechjax_warnings_print_as_one_line_and_others_as_python_does():
+  from mechjax import cli
+  from mechjax.data.tokens import CorpusWarning
+
+  said = cli._format_warning(
+    CorpusWarning("the corpus records no tokenizer"), CorpusWarning, "f.py", 7
+  )
+  assert said == "warning: the corpus records no tokenizer\n"
+  other = cli._format_warning(UserWarning("x"), UserWarning, "f.py", 7, line="call()")
+  assert "f.py:7: UserWarning: x" in other

@@ -91,14 +91,15 @@ def test_long_values_are_cut_with_the_full_value_in_a_tooltip(tmp_path):
   assert "…</span>" in page and "499]" in page
 
 
-def _red_pixels(wd, shot):
-  """A headless chromium screenshot of the report; the mask of its pure-red pixels."""
+def _red_pixels(wd, shot, size="1000,1200"):
+  """A headless chromium screenshot of the report (``size``: the window, width,height); the mask
+  of its pure-red pixels."""
   from PIL import Image
 
   page = f"file://{os.path.abspath(wd / 'report.html')}"
   subprocess.run(
     ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}"]
-    + ["--window-size=1000,1200", page],
+    + [f"--window-size={size}", "--hide-scrollbars", page],
     capture_output=True,
     timeout=120,
     check=True,
@@ -118,3 +119,33 @@ def test_a_headless_browser_renders_the_figures(tmp_path):
   os.remove(wd / "figures" / "red.png")
   red = _red_pixels(wd, tmp_path / "shot.png")
   assert red.sum() < 1000
+
+
+def test_a_verdict_leads_the_page_and_the_results_fold_below_the_figures(tmp_path):
+  wd = _workdir(tmp_path)
+  report.write_run_report(
+    str(wd), {"figures": ["red.png"]}, lines=["  every number"], verdict=["The answer & its error."]
+  )
+  page = (wd / "report.html").read_text()
+  verdict, figure = page.index("<h2>Verdict</h2>"), page.index('<img src="figures/red.png"')
+  folded = page.index("<details><summary>Results: every number")
+  assert verdict < page.index("The answer &amp; its error.") < figure < folded
+  assert page.index("  every number") > folded and "<h2>Figures</h2>" not in page  # no others
+  # Without a verdict the results lead, unfolded, as before.
+  report.write_run_report(str(wd), {"figures": ["red.png"]}, lines=["  every number"])
+  page = (wd / "report.html").read_text()
+  assert "Verdict" not in page and page.index("<h2>Results</h2>") < page.index("<h2>Figures</h2>")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium to render the page")
+def test_a_long_verdict_and_the_first_figure_share_the_first_screen(tmp_path):
+  wd = _workdir(tmp_path)
+  said = ["A sentence of the verdict, long enough to wrap over several lines of the page. " * 8] * 8
+  report.write_run_report(str(wd), {"figures": ["red.png"]}, lines=["  x"], verdict=said)
+  red = _red_pixels(wd, tmp_path / "shot.png", size="1280,800")
+  assert red.sum() > 200 * 200, red.sum()  # the figure is on the first 1280 × 800 screen
+  # Below the verdict rather than beside it, the figure falls off the first screen.
+  page = (wd / "report.html").read_text()
+  (wd / "report.html").write_text(page.replace('class="lead"', 'class="stacked"'))
+  assert _red_pixels(wd, tmp_path / "shot.png", size="1280,800").sum() < 1000

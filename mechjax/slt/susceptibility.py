@@ -139,6 +139,9 @@ class SusceptibilityResult:
     standard_error: ``(C, K, M)``, the spread of the per-chain ``χ`` over ``√num_chains``.
     llc: ``(C,)``, ``nβ·E[L(w) − L(w*)]``: the (weight-refined) LLC of each component, on the
       evaluation subset.
+    llc_per_chain: ``(C, num_chains)``, each chain's own ``nβ·E[L(w) − L(w*)]`` (over its
+      evaluated draws; their mean is ``llc``): the LLC's spread over chains.
+    loss_star: ``L(w*)``, the mean loss at ``w*`` on the evaluation subset.
     observable_means: ``(C, K)``, the posterior mean of each observable.
     components: the component names, in row order.
     probe_shape: the shape of the probe losses (e.g. ``(sequences, positions)`` for per-token
@@ -176,6 +179,8 @@ class SusceptibilityResult:
   chi_per_chain: np.ndarray | None = None
   chi_rhat: np.ndarray | None = None
   chi_ess: np.ndarray | None = None
+  llc_per_chain: np.ndarray | None = None
+  loss_star: float | None = None
 
 
 def estimate_susceptibilities(
@@ -334,6 +339,8 @@ def estimate_susceptibilities(
       jnp.reshape(losses_at(params, probes), (-1,)) - observe_data["eval_loss_star"]
     ),
     chi_per_chain=per_chain,
+    llc_per_chain=s.nbeta * np.asarray(mom.mean_phi[:, :, 0]),
+    loss_star=float(observe_data["eval_loss_star"]),
     **_checked_mixing(state.sums, s.num_chains, tuple(components)),
   )
 

@@ -214,6 +214,7 @@ def finish(
   outputs: Outputs,
   report_lines: Callable | None = None,
   seconds: dict[str, float] | None = None,
+  verdict: Callable | None = None,
 ) -> dict:
   """Writes the figures, the extra files, ``report.html`` (:mod:`mechjax.report`; led by
   ``report_lines(summary)``, the study's results) and ``summary.json`` (last), on the writer
@@ -234,7 +235,10 @@ def finish(
     for name, obj in outputs.files.items():
       _write(os.path.join(workdir, name), obj)
     lines = [] if report_lines is None else report_lines(summary)
-    report.write_run_report(workdir, summary, lines=lines, captions=outputs.captions)
+    said = (
+      [] if verdict is None else verdict(json.loads(json.dumps(metrics_lib.to_jsonable(summary))))
+    )
+    report.write_run_report(workdir, summary, lines=lines, captions=outputs.captions, verdict=said)
     metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
   return json.loads(json.dumps(metrics_lib.to_jsonable(summary)))
 
@@ -255,6 +259,9 @@ class Study:
       directory), refused by name while unset.
     cpu_cores_as_devices: the command line makes every CPU core a JAX device before JAX starts
       (:func:`mechjax.use_all_cpu_cores`), for a study whose SGLD chains run over them.
+    verdict: ``verdict(summary) -> paragraphs``, the answer and how far to trust it, in a few
+      sentences: ``report.html`` opens with them and the command line prints them last. The
+      summary it gets is in its JSON form, with ``"seconds"``.
   """
 
   name: str
@@ -263,6 +270,7 @@ class Study:
   report: Callable[[dict], list[str]] = lambda summary: []
   required: dict[str, str] = dataclasses.field(default_factory=dict)
   cpu_cores_as_devices: bool = False
+  verdict: Callable[[dict], list[str]] | None = None
 
   def run(
     self,
@@ -307,4 +315,4 @@ class Study:
       if status is workdir_lib.Status.NEW:
         workdir_lib.release(workdir, created=not existed)
       raise
-    return finish(workdir, outputs, self.report, ctx.seconds)
+    return finish(workdir, outputs, self.report, ctx.seconds, self.verdict)

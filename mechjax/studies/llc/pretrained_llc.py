@@ -30,7 +30,6 @@ import jax
 import numpy as np
 
 from mechjax import config
-from mechjax import plotting
 from mechjax import rng
 from mechjax import sharding
 from mechjax import slt
@@ -41,6 +40,7 @@ from mechjax.slt import progress
 from mechjax.slt import restriction as restriction_lib
 from mechjax.slt.settings import SGLDSettings
 from mechjax.studies import frame
+from mechjax.studies.llc import pretrained_llc_report as report_lib
 
 NAME = "pretrained_llc"
 REQUIRED = {
@@ -71,7 +71,8 @@ class Config(config.Settings):
     0,
     "Evaluate L and the probes on every k-th draw after burn-in (the chains still take every "
     "step); 0: the smallest k whose evaluation costs at most one gradient step, a forward pass "
-    "counted as a third of a gradient: k = ceil((eval_size + num_probes) / (3 batch_size)).",
+    "counted as a third of a gradient: k = ceil((eval_size + num_probes) / (3 batch_size)), at "
+    "most num_draws // 2 so that at least 2 draws are evaluated.",
     check=config.at_least(0),
   )
   components: str = config.setting(
@@ -119,10 +120,12 @@ def eval_stride(cfg: Config) -> int:
   """Every how many draws L and the probes are evaluated: ``cfg.eval_every``, or when it is 0 the
   smallest k with ``(eval_size + num_probes) / k ≤ 3·batch_size`` windows (a forward pass costs
   about a third of a forward and backward pass). At the defaults: 6, one evaluation of 264 windows
-  per 6 gradient steps of 16 windows each."""
+  per 6 gradient steps of 16 windows each. The automatic ``k`` is at most ``num_draws // 2``, so a
+  short run (2 draws) still evaluates 2 draws per chain, which χ, a covariance, needs."""
   if cfg.eval_every:
     return cfg.eval_every
-  return max(1, -(-(cfg.eval_size + cfg.num_probes) // (3 * cfg.sgld.batch_size)))
+  k = -(-(cfg.eval_size + cfg.num_probes) // (3 * cfg.sgld.batch_size))
+  return max(1, min(k, cfg.sgld.num_draws // 2))
 
 
 def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
@@ -150,42 +153,78 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
 
   sus = ctx.stage("susceptibilities", compute, fmt="npz")
   names = list(components)
-  chi, se = sus["chi"], sus["standard_error"]
-  summary = {
+  summary = summarise(cfg, model, params, components, sus)
+  top = report_lib.top_tokens(sus["chi"], sus["probes"], decoder(cfg.model))
+  for name, entries in zip(names, top):
+    summary["components"][name]["top_tokens"] = entries
+  return frame.Outputs(
+    summary,
+    figures=lambda folder: [
+      report_lib.llc_figure(summary, f"{folder}/llc.png"),
+      report_lib.chi_figure(names, sus["chi"], top, f"{folder}/susceptibilities.png"),
+    ],
+    files={"components.json": names},
+    captions={
+      "llc.png": "Each restriction's LLC (bars) ± one standard error over chains (whiskers): the "
+      "whole model and other restrictions on top; then one row per layer, its attention heads "
+      "left and its MLP right. Red bars are below zero beyond two standard errors (see the "
+      "verdict).",
+      "susceptibilities.png": "The susceptibility χ of every probe token (columns, window by "
+      "window) for each restriction (rows), each row divided by its own largest |χ| (printed at "
+      "its right, with its three tokens of largest |χ|): red where the token's loss moves against "
+      "the restriction's loss change in the posterior, blue where with it.",
+    },
+  )
+
+
+def summarise(cfg: Config, model, params, components: dict, sus: dict) -> dict:
+  """The summary: the model, nβ, L(w*) against the uniform loss, the sampling's size, and per
+  restriction its LLC with its spread over chains, its χ's size and resolution, and mixing."""
+  chi, se, per_chain = sus["chi"], sus["standard_error"], sus["llc_per_chain"]
+  chains = cfg.sgld.num_chains
+  total = sum(np.size(x) for x in jax.tree.leaves(params))
+  return {
     "model": {
       "family": model.arch.family,
       "layers": model.arch.num_layers,
       "d_model": model.arch.d_model,
-      "parameters": sum(np.size(x) for x in jax.tree.leaves(params)),
+      "vocab_size": model.arch.vocab_size,
+      "parameters": total,
     },
     "nbeta": sus["nbeta"],
+    "loss_star": sus["loss_star"],
+    "uniform_loss": report_lib.uniform_loss(model.arch.vocab_size),
+    "eval_windows": cfg.eval_size,
     "probe_tokens": chi.shape[1],
-    "chains": cfg.sgld.num_chains,
+    "chains": chains,
+    "draws": cfg.sgld.num_draws,
     "evaluated_draws": -(-cfg.sgld.num_draws // eval_stride(cfg)),  # per chain
     "components": {
       name: {
         "llc": sus["llc"][c],
+        # One standard error of the mean over chains; None with one chain.
+        "llc_se": np.std(per_chain[c], ddof=1) / np.sqrt(chains) if chains > 1 else None,
+        "llc_per_chain": per_chain[c],
+        "weights": count(component, total),
         "chi_mean": np.mean(chi[c]),
         "chi_abs_mean": np.mean(np.abs(chi[c])),
         "chi_se_mean": np.mean(se[c]),
         # Tokens whose χ is more than two standard errors from zero: what the chains resolve.
         "resolved_fraction": np.mean(np.abs(chi[c]) > 2 * se[c]),
-        "mixing": slt.mixing.worst(sus["rhat"][c], sus["ess"][c], cfg.sgld.num_chains),
+        "mixing": slt.mixing.worst(sus["rhat"][c], sus["ess"][c], chains),
       }
-      for c, name in enumerate(names)
+      for c, (name, component) in enumerate(components.items())
     },
   }
-  return frame.Outputs(
-    summary,
-    figures=lambda folder: [plot(names, chi, f"{folder}/susceptibilities.png")],
-    files={"components.json": names},
-    captions={
-      "susceptibilities.png": "The susceptibility χ of every probe token (columns, window by "
-      "window) for each component (rows; 'all' frees every weight): red where the token's loss "
-      "moves against the component's loss change in the posterior, blue where with it. Each "
-      "component's LLC is in the results above."
-    },
-  )
+
+
+def decoder(model_dir: str):
+  """``decode(ids) -> text`` with the checkpoint's ``tokenizer.json``, or the ids as ``#123``
+  where it has none."""
+  if os.path.exists(os.path.join(model_dir, "tokenizer.json")):
+    tok = tokens_lib.tokenizer(model_dir)
+    return lambda ids: tok.decode(ids)
+  return lambda ids: " ".join(f"#{i}" for i in ids)
 
 
 def sampler(cfg: Config, model, params, windows, probes):
@@ -297,6 +336,8 @@ def sample_parts(cfg: Config, ctx: frame.Context, todo: list, sample) -> dict:
       def compute(group=group):
         result = sample(components=group)
         return {
+          "llc_per_chain": result.llc_per_chain,
+          "loss_star": np.full(len(group), result.loss_star),
           "chi": result.chi[:, 0],
           "standard_error": result.standard_error[:, 0],
           "rhat": result.chi_rhat[:, 0],
@@ -309,6 +350,7 @@ def sample_parts(cfg: Config, ctx: frame.Context, todo: list, sample) -> dict:
       meter.end()
   joined = {key: np.concatenate([r[key] for r in results]) for key in results[0]}
   joined["nbeta"] = float(joined["nbeta"][0])
+  joined["loss_star"] = float(joined["loss_star"][0])
   return joined
 
 
@@ -367,49 +409,6 @@ def count(component, total: int = 0) -> int:
   return int(sum(np.count_nonzero(m) for m in jax.tree.leaves(component)))
 
 
-def report(summary: dict) -> list[str]:
-  """The model, nβ, and per component its LLC and how many probe tokens the chains resolve."""
-  m = summary["model"]
-  lines = [
-    f"  {m['family']}: {m['layers']} layers, d_model {m['d_model']}, {m['parameters']:,} "
-    f"parameters; nβ = {summary['nbeta']:.1f}, {summary['probe_tokens']} probe tokens"
-  ]
-  for name, c in summary["components"].items():
-    if c["mixing"]["rhat_max"] is None:  # R̂ is undefined: mixing cannot be judged
-      spread = unjudged(summary)
-    else:
-      spread = (
-        f"|χ| > 2 s.e. for {100 * c['resolved_fraction']:.0f}% of tokens | R̂ ≤ "
-        f"{c['mixing']['rhat_max']:.3f}, {100 * c['mixing']['share_failing']:.0f}% of tokens fail "
-        "R̂ or ESS"
-      )
-    lines.append(f"  {name:<16} LLC {c['llc']:8.2f} | mean χ {c['chi_mean']:+.3g} | {spread}")
-  return lines
-
-
-def unjudged(summary: dict) -> str:
-  """Why a run's mixing cannot be judged: one chain (no spread over chains), or too few evaluated
-  draws per chain for the split-chain R̂ and ESS."""
-  if summary.get("chains", 2) < 2:
-    return "one chain: mixing cannot be judged (no standard error, R̂ or ESS)"
-  return (
-    f"{summary.get('evaluated_draws', 'too few')} evaluated draws per chain: mixing cannot be "
-    "judged (R̂ and ESS need more)"
-  )
-
-
-def plot(names: list[str], chi: np.ndarray, path: str) -> str:
-  fig, ax = plotting.plt.subplots(
-    figsize=(min(16, 4 + 0.08 * chi.shape[1]), 1.2 + 0.25 * len(names))
-  )
-  vmax = float(np.max(np.abs(chi))) or 1.0
-  im = ax.imshow(chi, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest")
-  ax.set_yticks(range(len(names)), names, fontsize=7)
-  ax.set_xlabel("probe token (windows in order)")
-  ax.set_title("per-token susceptibility χ of each component", fontsize=10)
-  fig.colorbar(im, ax=ax, fraction=0.03)
-  return plotting.save(fig, path)
-
-
-STUDY = frame.Study(NAME, Config, science, report, required=REQUIRED)
+report = report_lib.report
+STUDY = frame.Study(NAME, Config, science, report, required=REQUIRED, verdict=report_lib.verdict)
 run = STUDY.run

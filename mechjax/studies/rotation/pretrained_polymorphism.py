@@ -26,6 +26,7 @@ Outputs: ``summary.json``, ``rotations.npz`` (``R`` per site) and ``figures/alig
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Callable, Sequence
 
@@ -34,7 +35,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from mechjax import config
-from mechjax import plotting
 from mechjax import rng
 from mechjax.align import haar
 from mechjax.align import transfer
@@ -43,6 +43,7 @@ from mechjax.models import pretrained
 from mechjax.models import sites as sites_lib
 from mechjax.slt import progress
 from mechjax.studies import frame
+from mechjax.studies.rotation import pretrained_polymorphism_report as report_lib
 
 NAME = "pretrained_polymorphism"
 _CHECKPOINT = (
@@ -56,8 +57,8 @@ REQUIRED = {
   "corpus": 'a token file (python -c "from mechjax.data import tokens; '
   "tokens.corpus_from_text('texts/', 'pythia-70m-seed1', 'corpus.tokens')\")",
 }
-HAAR_SHOWN = ("frobenius_to_identity", "signed_permutation_distance", "entry_kurtosis")
-TRANSFERRED = ("aligned", "raw", "random")  # the vectors whose effect is over B's own vector's
+HAAR_SHOWN = report_lib.HAAR_SHOWN
+TRANSFERRED = report_lib.TRANSFERRED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,12 +121,31 @@ def fit_sites(cfg: Config, acts: dict, sites: Sequence[str], labels: np.ndarray,
       fit, numbers = transfer.measure_alignment(
         xa, xb, acts["a"]["held"][site], acts["b"]["held"][site], center=True
       )
+      numbers |= held_out_spread(cfg, xa, xb, acts["a"]["held"][site], acts["b"]["held"][site], fit)
       vectors, cosines = transfer.steering_transfer(
         *(np.asarray(x, np.float64) for x in (v_a, v_b, fit.R, random_v))
       )
       fits[site] = jax.device_get((fit.R, numbers, vectors, cosines))
   ctx.log(f"  R fitted at {len(sites)} sites in {progress.duration(time.perf_counter() - start)}")
   return fits
+
+
+def held_out_spread(cfg: Config, xa, xb, xa_held, xb_held, fit) -> dict:
+  """The standard errors of the held-out explained variances over the held-out batches
+  (``batch_windows`` windows each): the spread of each batch's EV, raw and through the centred
+  ``R``, over ``√batches``; None with one batch."""
+  rows = cfg.batch_windows * cfg.seq_len
+  xa, xb, xa_held, xb_held, r = (
+    np.asarray(x, np.float64) for x in (xa, xb, xa_held, xb_held, fit.R)
+  )
+  mu_a, mu_b = np.mean(xa, axis=0, keepdims=True), np.mean(xb, axis=0, keepdims=True)
+  raw, aligned = [], []
+  for i in range(0, len(xa_held), rows):
+    a, b = xa_held[i : i + rows], xb_held[i : i + rows]
+    raw.append(float(transfer.explained_variance(b, a)))
+    aligned.append(float(transfer.explained_variance(b, (a - mu_a) @ r + mu_b)))
+  se = lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else None
+  return {"identity_ev_held_out_se": se(raw), "aligned_ev_held_out_se": se(aligned)}
 
 
 def haar_references(cfg: Config, rotations: dict, log=print) -> dict:
@@ -202,21 +222,27 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   # of each window (which has no next token in the window).
   fits = fit_sites(cfg, acts, sites, (fit_w[:, 1:] == target_token).ravel(), ctx)
   references = haar_references(cfg, {site: fit[0] for site, fit in fits.items()}, ctx.log)
-  clean = log_p(0, np.zeros(d))
+  clean = log_p.batches(0, np.zeros(d))
   rows, rotations = {}, {}
   meter = progress.Meter(len(sites), ctx.log, interval=0, settle=0, unit="sites")
   meter(0)  # the clock of the sites starts here
   for si, (site, (r, numbers, vectors, cosines)) in enumerate(fits.items()):
     meter.label = site
     tests = haar.haar_test(r, reference=references[bool(np.linalg.det(r) < 0)])
-    effect = {kind: log_p(si, cfg.steer_scale * v) - clean for kind, v in vectors.items()}
+    effect, effect_se = steering_effects(log_p, si, cfg.steer_scale, vectors, clean)
     native = effect["native"]
+    agreement = float(numbers["rotation_split_half_agreement"])
+    clear = report_lib.clearly_positive(native, effect_se["native"])
     rows[site] = {
       **numbers,
+      "determined": agreement >= report_lib.DETERMINED,
+      "fit_tokens_needed": report_lib.fit_tokens_needed(fit_w.size, agreement),
       "frobenius_to_identity": tests["frobenius_to_identity"]["value"],
       "haar": {k: {q: v for q, v in t.items() if q != "tail"} for k, t in tests.items()},
       "steer_effect": effect,
-      "steer_ratio": {k: effect[k] / native if abs(native) > 1e-9 else None for k in TRANSFERRED},
+      "steer_effect_se": effect_se,
+      # A ratio over B's own effect only where that effect is clearly positive.
+      "steer_ratio": {k: effect[k] / native if clear else None for k in TRANSFERRED},
       **cosines,
     }
     rotations[site] = r
@@ -228,74 +254,28 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     },
     "d_model": d,
     "sqrt_2d": np.sqrt(2 * d),
+    "seq_len": cfg.seq_len,
     "fit_tokens": fit_w.size,
     "held_out_tokens": held_w.size,
     "steer_token": target_token,
-    "steer_token_log_p": clean,
+    "steer_token_text": decode(cfg.model_b, int(target_token)),
+    "steer_token_log_p": float(np.average(clean, weights=log_p.weights)),
     "sites": rows,
   }
   return frame.Outputs(
     summary,
-    figures=lambda folder: [plot(summary, f"{folder}/alignment.png")],
+    figures=lambda folder: [report_lib.plot(summary, f"{folder}/alignment.png")],
     files={"rotations.npz": rotations},
     captions={
-      "alignment.png": "Per residual site, left to right: the held-out explained variance of B's "
-      "activations by A's, raw and through the fitted rotation R; ‖R − I‖_F against √(2d) (dashed; "
-      "its Haar value) with the Haar null's mean ± 2 sd (band); and the effect on B's log p of the "
-      "steering token of A's steering vector through R, raw, and of a random vector, each over "
-      "the effect of B's own vector (1 = full transfer)."
+      "alignment.png": "Per residual site, left to right: the split-half agreement of R (how far "
+      f"the fit tokens determine it; below {report_lib.DETERMINED} it is mostly noise, and such "
+      "sites are shaded grey in every panel); the held-out explained variance of B's activations "
+      "by A's, raw and through R, ± one standard error over held-out batches; ‖R − I‖_F minus "
+      "√(2d), its Haar mean, with the Haar null's mean ± 2 sd (band); and the change of B's mean "
+      "log p of the steering token when each vector is added at the site (B's own, A's through R, "
+      "A's raw, a random one), ± one standard error over held-out batches."
     },
   )
-
-
-def report(summary: dict) -> list[str]:
-  """One line per site: explained variance raw → through R, ‖R − I‖_F against √(2d), the Haar
-  p-values, and the steering ratios."""
-  m = summary["models"]
-  lines = [
-    f"  A: {m['a']['family']} ({m['a']['layers']} layers), B: {m['b']['family']} "
-    f"({m['b']['layers']} layers); d = {summary['d_model']}, √(2d) = {summary['sqrt_2d']:.2f}; "
-    f"{summary['fit_tokens']:,} fit and {summary['held_out_tokens']:,} held-out tokens"
-  ]
-  fmt = lambda x: "  n/a" if x is None else f"{x:5.2f}"
-  for site, r in summary["sites"].items():
-    p = " ".join(f"{r['haar'][k]['p_value']:.2f}" for k in HAAR_SHOWN)
-    s = r["steer_ratio"]
-    rank = r["cross_covariance_rank"]
-    if rank < summary["d_model"]:
-      lines.append(f"  {site}: the cross-covariance has rank {rank} < d; R is partly arbitrary")
-    lines.append(
-      f"  {site:<13} EV {r['identity_ev_held_out']:+.3f} → {r['aligned_ev_held_out']:.3f} | "
-      f"‖R−I‖ {r['frobenius_to_identity']:.2f} | Haar p (‖R−I‖, perm, kurt) {p} | steer "
-      f"aligned {fmt(s['aligned'])} raw {fmt(s['raw'])} random {fmt(s['random'])}"
-    )
-  return lines
-
-
-def plot(summary: dict, path: str) -> str:
-  """The three panels of the caption, over the sites."""
-  sites, rows = list(summary["sites"]), list(summary["sites"].values())
-  x = np.arange(len(sites))
-  fig, (ev, frob, steer) = plotting.plt.subplots(1, 3, figsize=(13, 3.6))
-  ev.plot(x, [r["identity_ev_held_out"] for r in rows], "o-", label="raw")
-  ev.plot(x, [r["aligned_ev_held_out"] for r in rows], "o-", label="through R")
-  ev.set_ylabel("explained variance (held out)")
-  tests = [r["haar"]["frobenius_to_identity"] for r in rows]
-  mean, sd = (np.array([t[k] for t in tests]) for k in ("null_mean", "null_sd"))
-  frob.fill_between(x, mean - 2 * sd, mean + 2 * sd, alpha=0.25, label="Haar null ± 2 sd")
-  frob.axhline(summary["sqrt_2d"], ls="--", c="k", lw=1, label="√(2d)")
-  values = [t["value"] for t in tests]
-  frob.plot(x, values, "o-", label="‖R − I‖_F")
-  frob.set_ylim(0, 1.15 * max(max(values), float(np.max(mean + 2 * sd)), summary["sqrt_2d"]))
-  for kind in TRANSFERRED:  # None (no effect of B's own vector) is not drawn
-    ratios = np.array([r["steer_ratio"][kind] for r in rows], dtype=float)
-    steer.plot(x, ratios, "o-", label=kind)
-  steer.axhline(1.0, ls=":", c="k", lw=1)
-  steer.set_ylabel("steering effect / B's own")
-  for ax in (ev, frob, steer):
-    ax.legend(fontsize=8)
-    ax.set_xticks(x, sites, rotation=45, ha="right", fontsize=7)
-  return plotting.save(fig, path)
 
 
 def check_pair(
@@ -348,8 +328,8 @@ def steered_log_prob(
   at ``sites[site_index]`` (:func:`mechjax.models.sites.steer_at`; a zero ``v`` gives the
   unsteered value). The windows go ``batch`` at a time through one program for every site and
   vector, compiled ahead (twice where the last batch is shorter), and the batches' means are
-  averaged with their sizes as weights. ``log_p.memory`` is the full batch's program's memory
-  analysis.
+  averaged with their sizes (``log_p.weights``) as weights; ``log_p.batches(site_index, v)`` gives
+  the batches' means themselves. ``log_p.memory`` is the full batch's program's memory analysis.
 
   Args:
     model: the model to steer.
@@ -371,14 +351,38 @@ def steered_log_prob(
     c.shape: mean_log_p.lower(params, index0, v0, c).compile() for c in chunks[:1] + chunks[-1:]
   }
 
-  def log_p(site_index: int, v) -> float:
+  def batches(site_index: int, v) -> np.ndarray:
     v, index = jnp.asarray(v, jnp.float32), jnp.int32(site_index)
-    vals = [programs[c.shape](params, index, v, c) for c in chunks]
-    return np.average(np.asarray(vals), weights=[len(c) for c in chunks])
+    return np.asarray([programs[c.shape](params, index, v, c) for c in chunks], np.float64)
 
+  def log_p(site_index: int, v) -> float:
+    return float(np.average(batches(site_index, v), weights=log_p.weights))
+
+  log_p.batches, log_p.weights = batches, [len(c) for c in chunks]
   log_p.memory = programs[chunks[0].shape].memory_analysis()
   return log_p
 
 
-STUDY = frame.Study(NAME, Config, science, report, required=REQUIRED)
+def steering_effects(log_p, site_index: int, scale: float, vectors: dict, clean: np.ndarray):
+  """``({kind: Δ log p}, {kind: its standard error})``: each vector's effect on B's mean log p of
+  the steering token at the site, against the unsteered ``clean`` per held-out batch: the
+  batch-size-weighted mean of the per-batch differences, and their spread over ``√batches`` (None
+  with one batch)."""
+  effect, se = {}, {}
+  for kind, v in vectors.items():
+    diff = log_p.batches(site_index, scale * v) - clean
+    effect[kind] = float(np.average(diff, weights=log_p.weights))
+    se[kind] = float(np.std(diff, ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else None
+  return effect, se
+
+
+def decode(model_dir: str, token: int) -> str:
+  """The token's text by the checkpoint's ``tokenizer.json``, or ``#id`` without one."""
+  if os.path.exists(os.path.join(model_dir, "tokenizer.json")):
+    return tokens_lib.tokenizer(model_dir).decode([token])
+  return f"#{token}"
+
+
+report = report_lib.report
+STUDY = frame.Study(NAME, Config, science, report, required=REQUIRED, verdict=report_lib.verdict)
 run = STUDY.run
