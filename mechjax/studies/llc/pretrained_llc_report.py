@@ -102,7 +102,11 @@ def verdict(summary: dict) -> list[str]:
     se = comps["all"].get("llc_se")
     out.append(
       f"The whole model's LLC is {_llc(comps['all'])}"
-      + (" (± one standard error over chains)." if se is not None else " (one chain: no error).")
+      + (
+        " (the ± is one standard error over chains)."
+        if se is not None
+        else " (one chain: no error)."
+      )
     )
   below = [n for n in comps if negative(comps[n])]
   if below:

@@ -267,7 +267,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     figures=lambda folder: [report_lib.plot(summary, f"{folder}/alignment.png")],
     files={"rotations.npz": rotations},
     captions={
-      "alignment.png": "Per residual site, left to right: the split-half agreement of R (how far "
+      "alignment.png": "Per residual site, row by row: the split-half agreement of R (how far "
       f"the fit tokens determine it; below {report_lib.DETERMINED} it is mostly noise, and such "
       "sites are shaded grey in every panel); the held-out explained variance of B's activations "
       "by A's, raw and through R, ± one standard error over held-out batches; ‖R − I‖_F minus "

@@ -134,12 +134,15 @@ def report(summary: dict) -> list[str]:
 
 
 def plot(summary: dict, path: str) -> str:
-  """Four panels over the sites, sites whose R is not determined shaded grey in each: the
+  """Four panels (2 × 2) over the sites, sites whose R is not determined shaded grey in each: the
   split-half agreement against :data:`DETERMINED`; the held-out EV raw and through R; ‖R − I‖_F
   minus √(2d) with the Haar null's mean ± 2 sd; and each vector's steering effect on B."""
   sites, rows = list(summary["sites"]), list(summary["sites"].values())
   x = np.arange(len(sites))
-  fig, axes = plotting.plt.subplots(1, 4, figsize=(16, 3.8))
+  fig, grid_axes = plotting.plt.subplots(
+    2, 2, figsize=(10, 7.2)
+  )  # 2 × 2: legible beside the verdict
+  axes = grid_axes.ravel()
   agree, ev, frob, steer = axes
   agree.plot(x, [r["rotation_split_half_agreement"] for r in rows], "o-", c="k")
   agree.axhline(DETERMINED, ls="--", c="#2e7d32", lw=1, label=f"determined ({DETERMINED})")
