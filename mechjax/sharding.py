@@ -144,9 +144,14 @@ def devices_mesh(model_axis: int, num_chains: int) -> Mesh | None:
     return None
   devices = jax.devices()
   if model_axis < 1 or len(devices) % model_axis or num_chains % (len(devices) // model_axis):
+    cpu = (
+      "; on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N devices"
+      if devices[0].platform == "cpu"
+      else ""
+    )
     raise InputError(
       f"model_axis={model_axis} must divide the {len(devices)} devices and leave a chains axis "
-      f"that divides the {num_chains} chains"
+      f"that divides the {num_chains} chains{cpu}"
     )
   return Mesh(np.array(devices).reshape(-1, model_axis), SAMPLER_AXES)
 

@@ -106,7 +106,12 @@ LLC_CASES = [
   ("corpus_is_text", ["--corpus={text_file}"], "not a mechjax token file.*corpus_from_text"),
   ("corpus_is_a_config", ["--corpus={yarn}/config.json"], "not a mechjax token file"),
   ("other_tokenizer", ["--corpus={other_corpus}"], "made with another tokenizer than .*model/"),
-  ("model_axis", ["--model_axis=3"], "model_axis=3 must divide the 1 devices"),
+  (
+    "model_axis",
+    ["--model_axis=3"],
+    "model_axis=3 must divide the 1 devices and leave a chains axis that divides the 2 "
+    "chains; on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N devices",
+  ),
   ("seq_len", ["--seq_len=4096"], "seq_len: must be at most 24"),
   ("components", ["--components=l9h0"], "components"),
 ]
