@@ -160,6 +160,15 @@ def sample_windows(ids, seq_len: int, num: int, seed: int, stream: str = "window
   return np.stack([np.asarray(ids[s : s + seq_len], np.int32) for s in starts])
 
 
+def decoder(model_dir: str | os.PathLike):
+  """``decode(ids) -> text`` with the checkpoint's ``tokenizer.json``, for reports; the ids as
+  ``#123`` where it has none."""
+  if os.path.exists(os.path.join(model_dir, "tokenizer.json")):
+    tok = tokenizer(model_dir)
+    return lambda ids: tok.decode(list(ids))
+  return lambda ids: " ".join(f"#{i}" for i in ids)
+
+
 def tokenizer(path: str | os.PathLike):
   """The ``tokenizers.Tokenizer`` of a ``tokenizer.json`` (a checkpoint's own)."""
   try:

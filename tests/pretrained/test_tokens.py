@@ -123,3 +123,7 @@ def test_the_corpus_records_its_tokenizer_and_a_mismatch_is_refused(tmp_path):
   assert v1.tolist() == [5, 6, 0] and v1.fingerprint is None and v1.eos_id == 0
   with pytest.warns(tokens.CorpusWarning, match="records no tokenizer"):
     tokens.check_tokenizer(v1, tmp_path / "model")
+
+
+def test_the_report_decoder_falls_back_to_ids_without_a_tokenizer(tmp_path):
+  assert tokens.decoder(tmp_path)([5, 17]) == "#5 #17"

@@ -154,7 +154,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   sus = ctx.stage("susceptibilities", compute, fmt="npz")
   names = list(components)
   summary = summarise(cfg, model, params, components, sus)
-  top = report_lib.top_tokens(sus["chi"], sus["probes"], decoder(cfg.model))
+  top = report_lib.top_tokens(sus["chi"], sus["probes"], tokens_lib.decoder(cfg.model))
   for name, entries in zip(names, top):
     summary["components"][name]["top_tokens"] = entries
   return frame.Outputs(
@@ -216,15 +216,6 @@ def summarise(cfg: Config, model, params, components: dict, sus: dict) -> dict:
       for c, (name, component) in enumerate(components.items())
     },
   }
-
-
-def decoder(model_dir: str):
-  """``decode(ids) -> text`` with the checkpoint's ``tokenizer.json``, or the ids as ``#123``
-  where it has none."""
-  if os.path.exists(os.path.join(model_dir, "tokenizer.json")):
-    tok = tokens_lib.tokenizer(model_dir)
-    return lambda ids: tok.decode(ids)
-  return lambda ids: " ".join(f"#{i}" for i in ids)
 
 
 def sampler(cfg: Config, model, params, windows, probes):

@@ -26,7 +26,6 @@ Outputs: ``summary.json``, ``rotations.npz`` (``R`` per site) and ``figures/alig
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Callable, Sequence
 
@@ -258,7 +257,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     "fit_tokens": fit_w.size,
     "held_out_tokens": held_w.size,
     "steer_token": target_token,
-    "steer_token_text": decode(cfg.model_b, int(target_token)),
+    "steer_token_text": tokens_lib.decoder(cfg.model_b)([int(target_token)]),
     "steer_token_log_p": float(np.average(clean, weights=log_p.weights)),
     "sites": rows,
   }
@@ -374,13 +373,6 @@ def steering_effects(log_p, site_index: int, scale: float, vectors: dict, clean:
     effect[kind] = float(np.average(diff, weights=log_p.weights))
     se[kind] = float(np.std(diff, ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else None
   return effect, se
-
-
-def decode(model_dir: str, token: int) -> str:
-  """The token's text by the checkpoint's ``tokenizer.json``, or ``#id`` without one."""
-  if os.path.exists(os.path.join(model_dir, "tokenizer.json")):
-    return tokens_lib.tokenizer(model_dir).decode([token])
-  return f"#{token}"
 
 
 report = report_lib.report
