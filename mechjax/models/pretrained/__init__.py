@@ -22,7 +22,10 @@ The package, one job a module:
 * :mod:`~mechjax.models.pretrained.families`: which family reads which checkpoint;
 * :mod:`~mechjax.models.pretrained.model`: the flax module :class:`DecoderLM` and its losses;
 * :mod:`~mechjax.models.pretrained.safetensors`: the file format;
-* :mod:`~mechjax.models.pretrained.checkpoint`: :func:`load` and :func:`save`;
+* :mod:`~mechjax.models.pretrained.checkpoint`: :func:`load` and :func:`save` (mechjax's own
+  layout);
+* :mod:`~mechjax.models.pretrained.export`: :func:`export_hf`, a model in its Hugging Face
+  architecture's own layout, which transformers reads;
 * :mod:`~mechjax.models.pretrained.surgery`: function-preserving changes of the weights, and the
   per-component masks.
 """
@@ -32,6 +35,7 @@ from mechjax.models.pretrained.arch import CheckpointError
 from mechjax.models.pretrained.checkpoint import load
 from mechjax.models.pretrained.checkpoint import read_weights
 from mechjax.models.pretrained.checkpoint import save
+from mechjax.models.pretrained.export import export_hf
 from mechjax.models.pretrained.families import ARCHITECTURES
 from mechjax.models.pretrained.families import arch_from_config
 from mechjax.models.pretrained.families import params_from_hf
@@ -61,6 +65,7 @@ __all__ = [
   "check_tokens",
   "component_boxes",
   "component_masks",
+  "export_hf",
   "restriction_boxes",
   "fold_norms",
   "lm_losses",

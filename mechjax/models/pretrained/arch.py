@@ -10,6 +10,7 @@ module by ``config.json``'s ``architectures``.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 
@@ -98,6 +99,16 @@ def rotary_dims(head_dim: int, partial: float, whole_head: bool, key: str) -> in
       + ("equal to the head" if whole_head else "of at most the head")
     )
   return d
+
+
+def fraction(rotary_dim: int, head_dim: int) -> float:
+  """The partial rotary factor ``p`` for which ``int(head_dim · p)`` (transformers' rotary
+  dimension, :func:`rotary_dims`) is exactly ``rotary_dim``: ``rotary_dim / head_dim``, nudged up
+  by a float's last digit where the product rounds below."""
+  p = rotary_dim / head_dim
+  while int(head_dim * p) < rotary_dim:
+    p = math.nextafter(p, 2.0)
+  return p
 
 
 def heads_divide(

@@ -54,6 +54,27 @@ def arch(cfg: dict, activation: str, architecture: str) -> Arch:
   )
 
 
+def config(a: Arch) -> dict:
+  """The ``config.json`` keys that :func:`arch` reads, for ``a`` (what :func:`export_hf` writes)."""
+  return {
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "vocab_size": a.vocab_size,
+    "n_embd": a.d_model,
+    "n_layer": a.num_layers,
+    "n_head": a.num_heads,
+    "n_inner": a.d_mlp,
+    "n_positions": a.max_positions,
+    "activation_function": a.activation,
+    "layer_norm_epsilon": a.norm_eps,
+    "tie_word_embeddings": a.tied_embeddings,
+    "scale_attn_weights": True,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+  }
+
+
 def params(a: Arch, get: Callable[[str, tuple], np.ndarray], has=None) -> dict:
   """The body's params (all but an untied unembedding) from GPT-2's tensors, ``get(name, shape)``
   by name without the ``transformer.`` prefix."""

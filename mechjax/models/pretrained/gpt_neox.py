@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from mechjax.models.pretrained.arch import Arch
+from mechjax.models.pretrained.arch import fraction
 from mechjax.models.pretrained.arch import heads_divide
 from mechjax.models.pretrained.arch import refuse
 from mechjax.models.pretrained.arch import rope
@@ -56,6 +57,37 @@ def arch(cfg: dict, activation: str, architecture: str) -> Arch:
     mlp_bias=True,
     tied_embeddings=cfg.get("tie_word_embeddings", False),
   )
+
+
+def config(a: Arch) -> dict:
+  """The ``config.json`` keys that :func:`arch` reads, for ``a``: the rotary settings both as
+  transformers v5 writes them (``rope_parameters``) and in the hub's older keys (``rotary_pct``,
+  ``rotary_emb_base``), so that either version reads them."""
+  partial = fraction(a.rotary_dim, a.head_dim)
+  return {
+    "architectures": ["GPTNeoXForCausalLM"],
+    "model_type": "gpt_neox",
+    "vocab_size": a.vocab_size,
+    "hidden_size": a.d_model,
+    "num_hidden_layers": a.num_layers,
+    "num_attention_heads": a.num_heads,
+    "intermediate_size": a.d_mlp,
+    "max_position_embeddings": a.max_positions,
+    "hidden_act": a.activation,
+    "layer_norm_eps": a.norm_eps,
+    "rope_parameters": {
+      "rope_type": "default",
+      "rope_theta": a.rope_theta,
+      "partial_rotary_factor": partial,
+    },
+    "rotary_pct": partial,
+    "rotary_emb_base": a.rope_theta,
+    "use_parallel_residual": a.parallel_residual,
+    "attention_bias": a.qkv_bias,
+    "tie_word_embeddings": a.tied_embeddings,
+    "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+  }
 
 
 def params(a: Arch, get: Callable[[str, tuple], np.ndarray], has=None) -> dict:

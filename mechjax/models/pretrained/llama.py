@@ -58,6 +58,34 @@ def arch(cfg: dict, activation: str, architecture: str) -> Arch:
   )
 
 
+def config(a: Arch) -> dict:
+  """The ``config.json`` keys that :func:`arch` reads, for ``a`` (Llama's or Qwen2's); the rotary
+  base both in ``rope_parameters`` (transformers v5) and as ``rope_theta`` (v4)."""
+  cfg = {
+    "architectures": ["Qwen2ForCausalLM" if a.family == "qwen2" else "LlamaForCausalLM"],
+    "model_type": a.family,
+    "vocab_size": a.vocab_size,
+    "hidden_size": a.d_model,
+    "num_hidden_layers": a.num_layers,
+    "num_attention_heads": a.num_heads,
+    "num_key_value_heads": a.num_kv_heads,
+    "head_dim": a.head_dim,
+    "intermediate_size": a.d_mlp,
+    "max_position_embeddings": a.max_positions,
+    "hidden_act": a.activation,
+    "rms_norm_eps": a.norm_eps,
+    "rope_parameters": {"rope_type": "default", "rope_theta": a.rope_theta},
+    "rope_theta": a.rope_theta,
+    "tie_word_embeddings": a.tied_embeddings,
+    "attention_dropout": 0.0,
+  }
+  if a.family == "qwen2":
+    cfg.update(use_sliding_window=False, sliding_window=None)
+  else:
+    cfg.update(attention_bias=a.qkv_bias, mlp_bias=a.mlp_bias)
+  return cfg
+
+
 def params(a: Arch, get: Callable[[str, tuple], np.ndarray], has=None) -> dict:
   """The body's params from Llama's (or Qwen2's) tensors, ``get(name, shape)`` by name without the
   ``model.`` prefix (torch ``Linear`` weights, ``(out, in)``)."""

@@ -69,10 +69,15 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
 _SAFETENSORS_NAMES = {np.dtype(v).name: k for k, v in _SAFETENSORS_DTYPES.items()}
 
 
-def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray]) -> None:
+def write_safetensors(
+  path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None
+) -> None:
   """Writes ``{name: array}`` as a ``.safetensors`` file (the format :func:`read_safetensors`
-  describes; tensors in name order, each contiguous, little-endian)."""
+  describes; tensors in name order, each contiguous, little-endian). ``metadata`` (strings) goes
+  in the header's ``__metadata__``: ``{"format": "pt"}`` is what transformers looks for."""
   header, offset, arrays = {}, 0, []
+  if metadata:
+    header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
   for name in sorted(tensors):
     a = np.ascontiguousarray(tensors[name])
     if a.dtype.name not in _SAFETENSORS_NAMES:
