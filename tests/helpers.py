@@ -150,3 +150,41 @@ class MeanDraw:
 # to mix, on purpose (a few dozen draws keep it fast), expects the sampler's ChainsNotMixedWarning
 # and says so with this mark; any other warning still fails it.
 expect_unmixed = pytest.mark.filterwarnings("ignore::mechjax.slt.mixing.ChainsNotMixedWarning")
+
+
+_WIKI_DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
+{pages}
+</mediawiki>"""
+_WIKI_PAGE = (
+  "<page><title>{title}</title><ns>{ns}</ns>{redirect}<revision>"
+  '<text xml:space="preserve">{text}\n</text></revision></page>'
+)
+_SENTENCES = (
+  "The river runs north through the old town. ",
+  "Its bridge was built of stone in the tenth century. ",
+  "Words and more words follow here. ",
+  "A market is held on the square every week. ",
+)
+
+
+def write_wiki_dump(path, n: int = 6):
+  """A MediaWiki XML dump at ``path`` (a pathlib.Path) of ``n`` articles, ``Article 0`` to
+  ``Article {n-1}`` (wiki markup, a few sentences each, longer with ``i``), one redirect and one
+  talk page (neither an article): what :mod:`mechjax.data.wikitext` and
+  :func:`mechjax.data.language.make_corpus` read. Returns ``path``."""
+  pages = [
+    _WIKI_PAGE.format(
+      title=f"Article {i}",
+      ns=0,
+      redirect="",
+      text=f"'''Article {i}''' is about [[topic {i}|subject {i}]]. "
+      + "".join(_SENTENCES[(i + k) % len(_SENTENCES)] for k in range(5 + i)),
+    )
+    for i in range(n)
+  ]
+  pages.append(
+    _WIKI_PAGE.format(title="Gone", ns=0, redirect='<redirect title="A"/>', text="#REDIRECT")
+  )
+  pages.append(_WIKI_PAGE.format(title="Talk:X", ns=1, redirect="", text="a talk page"))
+  path.write_text(_WIKI_DUMP.format(pages="\n".join(pages)))
+  return path

@@ -225,6 +225,7 @@ def train(
   tensorboard: bool = False,
   member_data: Any = None,
   plan: Plan | None = None,
+  on_save: Callable[[int, State], None] | None = None,
 ) -> TrainResult:
   """Trains ``len(keys)`` seeds of ``problem`` in one vmapped program for ``steps`` steps.
 
@@ -272,6 +273,10 @@ def train(
     plan: the study's :class:`~mechjax.train.progress.Plan` of training runs; the progress line
       then also gives this run's position among them and the whole study's ETA. The caller calls
       its ``begin`` and ``end`` around this run (:meth:`mechjax.studies.frame.Context.train` does).
+    on_save: ``on_save(step, state)`` is called before each checkpoint is saved, with the state
+      (seed axis in front) on the host, e.g. to export the params in another format. It runs before
+      the save, so a run stopped in between repeats the step on resume and calls it again: make it
+      skip what it already wrote.
 
   Returns:
     A :class:`TrainResult`: the final state, this run's metrics rows, the step it resumed from, and
@@ -354,6 +359,8 @@ def train(
       row = writer.write(end, row)
       step = end
       if end % checkpoint_every == 0 or end == steps or end in saves:
+        if on_save is not None:
+          on_save(end, distributed.host_if_multiprocess(state))
         checkpointer.save(end, state)
       bar.update(end, summarize(row) if summarize else f"loss {np.mean(row['train_loss']):.4f}")
   return TrainResult(

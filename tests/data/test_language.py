@@ -8,6 +8,7 @@ import pytest
 from mechjax.data import language
 from mechjax.data import tokens
 from mechjax.data import wikitext
+from tests.helpers import write_wiki_dump
 
 MARKUP = """{{Infobox person|name=X|note={{nested|template}}}}
 '''Ada''' was a [[mathematician|mathematical]] writer<ref name="a">{{cite book|title=T}}</ref> born
@@ -39,40 +40,14 @@ def test_strip_nested_removes_nested_and_unclosed_spans():
   assert wikitext.strip_nested("no spans}}", "{{", "}}") == "no spans}}"
 
 
-DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
-{pages}
-</mediawiki>"""
-PAGE = (
-  "<page><title>{title}</title><ns>{ns}</ns>{redirect}<revision>"
-  '<text xml:space="preserve">{text}\n</text></revision></page>'
-)
-
-
-def write_dump(path, n=6):
-  pages = [
-    PAGE.format(
-      title=f"Article {i}",
-      ns=0,
-      redirect="",
-      text=f"'''Article {i}''' is about "
-      f"[[topic {i}|subject {i}]]. " + "Words and more words follow here. " * (5 + i),
-    )
-    for i in range(n)
-  ]
-  pages.append(PAGE.format(title="Gone", ns=0, redirect='<redirect title="A"/>', text="#REDIRECT"))
-  pages.append(PAGE.format(title="Talk:X", ns=1, redirect="", text="a talk page"))
-  path.write_text(DUMP.format(pages="\n".join(pages)))
-  return path
-
-
 def test_articles_skip_redirects_and_other_namespaces(tmp_path):
-  found = list(wikitext.articles(write_dump(tmp_path / "dump.xml")))
+  found = list(wikitext.articles(write_wiki_dump(tmp_path / "dump.xml")))
   assert [t for t, _ in found] == [f"Article {i}" for i in range(6)]
-  assert found[2][1].startswith("Article 2 is about subject 2. Words")
+  assert found[2][1].startswith("Article 2 is about subject 2. Words and more")
 
 
 def test_make_corpus_splits_by_article_and_round_trips_the_text(tmp_path):
-  dump = write_dump(tmp_path / "dump.xml")
+  dump = write_wiki_dump(tmp_path / "dump.xml")
   corpus = language.make_corpus(tmp_path / "c", vocab_size=300, heldout_every=3, dump=dump)
   splits = corpus.manifest["splits"]
   assert splits["heldout"]["articles"] == ["Article 2", "Article 5"]
@@ -89,7 +64,7 @@ def test_make_corpus_splits_by_article_and_round_trips_the_text(tmp_path):
 
 
 def test_make_corpus_returns_a_made_corpus_and_refuses_other_settings_or_files(tmp_path):
-  dump = write_dump(tmp_path / "dump.xml")
+  dump = write_wiki_dump(tmp_path / "dump.xml")
   made = language.make_corpus(tmp_path / "c", vocab_size=300, heldout_every=3, dump=dump)
   mtime = os.path.getmtime(made.train)
   again = language.make_corpus(tmp_path / "c", vocab_size=300, heldout_every=3, dump=dump)
