@@ -172,11 +172,13 @@ def make_problem(
 
 
 def make_optimizer(cfg: Config) -> optax.GradientTransformation:
-  """AdamW (β = 0.9, 0.95) after clipping the global gradient norm at 1, with a linear warm-up to
-  ``learning_rate`` and a cosine decay to a tenth of it at the last step; no weight decay on norms,
-  biases and embeddings."""
+  """AdamW (β = 0.9, 0.95) after clipping the global gradient norm at 1, with a linear warm-up
+  (from ``learning_rate / warmup_steps`` at the first step) to ``learning_rate`` and a cosine decay
+  to a tenth of it at the last step; no weight decay on norms, biases and embeddings."""
+  # The first update (count 0) already moves: lr / warmup_steps, rising to lr at warmup_steps.
+  start = cfg.learning_rate / max(1, cfg.warmup_steps)
   schedule = optax.warmup_cosine_decay_schedule(
-    0.0, cfg.learning_rate, cfg.warmup_steps, cfg.run.steps, cfg.learning_rate / 10
+    start, cfg.learning_rate, cfg.warmup_steps, cfg.run.steps, cfg.learning_rate / 10
   )
 
   def decayed(params):

@@ -1,0 +1,244 @@
+"""The developmental landscape of a language model: the LLC of every checkpoint of a training run,
+whole and per layer (or per head), beside behavioural probes on the same checkpoints.
+
+``--checkpoints`` is a folder of checkpoint directories, one per step (``train_lm``'s
+``hf/seed<i>/``, or a model's revisions as Pythia names them, ``step1000/``; any Hugging Face
+family the loader reads). Checkpoints with identical weights (:mod:`~mechjax.models.pretrained.
+revisions`) are reported and estimated once. For each restriction, one batched SGLD program
+(:func:`mechjax.slt.estimate_llc_batch`) samples every checkpoint's localized posterior at once
+(Lau et al. 2023, arXiv 2308.12108; the refined LLCs of Wang et al. 2024, arXiv 2410.02984); the
+probes (:mod:`~mechjax.studies.language.probes`) are the per-head prefix-matching scores, the loss
+drop on repeated random sequences, and the in-context-learning score.
+
+Stages are read off as in Hoogland et al. 2024 (arXiv 2402.02364): where the LLC's slope against
+log step changes sign. A change is *resolved* when the slopes on either side both differ from zero
+by more than two standard errors (the LLC's over chains, propagated); its step is the checkpoint
+between them, uncertain to the checkpoints on either side.
+
+    python -m experiments.llc_over_training --checkpoints=runs/train_lm/hf/seed0 \\
+        --corpus=runs/train_lm/corpus/train.tokens
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import numpy as np
+
+from mechjax import config
+from mechjax import rng
+from mechjax import slt
+from mechjax.data import tokens as tokens_lib
+from mechjax.models import pretrained
+from mechjax.models.pretrained import revisions as revisions_lib
+from mechjax.slt import progress
+from mechjax.slt.settings import SGLDSettings
+from mechjax.studies import frame
+from mechjax.studies.language import llc_over_training_report as report_lib
+from mechjax.studies.language import probes
+from mechjax.studies.llc import pretrained_llc
+
+NAME = "llc_over_training"
+REQUIRED = {
+  "checkpoints": "a folder of checkpoint directories, one per step (python -m experiments.train_lm "
+  "writes runs/train_lm/hf/seed0/)",
+  "corpus": "the token file the model trained on (runs/train_lm/corpus/train.tokens)",
+}
+RESTRICTIONS = ("layers", "heads", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(config.Settings):
+  checkpoints: str = config.setting("", "The folder of checkpoint directories, one per step.")
+  corpus: str = config.setting("", "The token file the SGLD windows come from (the training data).")
+  text: str = config.setting(
+    "",
+    "The token file of the in-context-learning score's windows (held-out text); empty: --corpus.",
+  )
+  seq_len: int = config.setting(64, "Tokens per window.", check=config.at_least(8))
+  num_windows: int = config.setting(
+    1024, "Windows the posterior is tempered on (n).", check=config.at_least(2)
+  )
+  restrict: str = config.setting(
+    "layers",
+    "Refined LLCs besides the whole model: layers (each block's attention and MLP), heads (every "
+    "head and MLP), or none.",
+    check=config.one_of(RESTRICTIONS),
+  )
+  probe_sequences: int = config.setting(
+    64,
+    "Repeated random sequences (and text windows) the probes average over.",
+    check=config.at_least(16),
+  )
+  seed: int = config.setting(
+    0, "Seed of the windows, the probes and the chains.", check=config.at_least(0)
+  )
+  allow_other_tokenizer: bool = config.setting(
+    False, "Sample on a corpus whose recorded tokenizer differs from the checkpoints'."
+  )
+  sgld: SGLDSettings = config.group(
+    SGLDSettings(
+      step_size=1e-4,
+      localization=100.0,
+      batch_size=8,
+      num_chains=4,
+      num_draws=100,
+      num_burnin=20,
+    )
+  )
+
+
+def layer_spec(model) -> str:
+  """The ``restriction_boxes`` spec of each block (its attention and MLP), comma-separated."""
+  return ",".join(f"l{l} attn+l{l} mlp" for l in range(model.arch.num_layers))
+
+
+def load_points(revs: list, duplicates: dict) -> tuple:
+  """``(model, params_P, steps)``: the first checkpoint of each distinct weight hash, stacked;
+  refuses checkpoints of different architectures, by name."""
+  seen, points = set(), []
+  for r in revs:
+    if r.weights not in seen:
+      seen.add(r.weights)
+      points.append(r)
+  model, first = pretrained.load(points[0].path)
+  stacked = [first]
+  for r in points[1:]:
+    m, p = pretrained.load(r.path)
+    if m.arch != model.arch:
+      raise pretrained.CheckpointError(
+        f"{r.path} is another architecture than {points[0].path}; a landscape needs one model"
+      )
+    stacked.append(p)
+  params_P = jax.tree.map(lambda *a: np.stack(a), *stacked)
+  return model, params_P, [r.step for r in points]
+
+
+def critical_points(steps, llc, se) -> list[dict]:
+  """Where the LLC's slope against ``log(step)`` changes sign (module docstring): for each
+  checkpoint ``k`` between two slopes of opposite sign, ``{"step", "from", "to", "kind",
+  "resolved"}`` (``kind``: ``"peak"`` or ``"trough"``; ``from``/``to`` the neighbouring steps).
+  Step 0 has no logarithm and is left out."""
+  steps, llc, se = np.asarray(steps, float), np.asarray(llc, float), np.asarray(se, float)
+  keep = steps > 0
+  steps, llc, se = steps[keep], llc[keep], np.nan_to_num(se[keep], nan=np.inf)
+  if len(steps) < 3:
+    return []
+  dx = np.diff(np.log(steps))
+  slope = np.diff(llc) / dx
+  slope_se = np.sqrt(se[1:] ** 2 + se[:-1] ** 2) / dx
+  out = []
+  for k in range(1, len(slope)):
+    if np.sign(slope[k - 1]) == np.sign(slope[k]) or slope[k - 1] == 0 or slope[k] == 0:
+      continue
+    resolved = bool(abs(slope[k - 1]) > 2 * slope_se[k - 1] and abs(slope[k]) > 2 * slope_se[k])
+    out.append(
+      {
+        "step": int(steps[k]),
+        "from": int(steps[k - 1]),
+        "to": int(steps[k + 1]),
+        "kind": "peak" if slope[k - 1] > 0 else "trough",
+        "resolved": resolved,
+      }
+    )
+  return out
+
+
+def estimate(cfg: Config, ctx: frame.Context, model, params_P, windows, named: dict) -> dict:
+  """Each restriction's LLC at every point, one batched program (and one saved stage) each, with
+  a progress line at a time: ``{name: {"llc": (P,), "llc_per_chain": (P, C), "rhat", "ess",
+  "init_loss": (P,), "nbeta"}}``."""
+  loss_fn = jax.jit(lambda p, w: pretrained.next_token_losses(model, p, w).mean())
+  points = jax.tree.leaves(params_P)[0].shape[0]
+  per = points * cfg.sgld.num_chains * cfg.sgld.num_steps
+  meter = progress.Meter(per * len(named), ctx.log)
+  out = {}
+  with progress.listening(meter):
+    for i, (name, restriction) in enumerate(named.items()):
+      stage = f"llc-{name.replace(' ', '_').replace('+', '-')}"
+
+      def compute(restriction=restriction):
+        r = slt.estimate_llc_batch(
+          loss_fn,
+          params_P,
+          windows,
+          key=rng.key(cfg.seed, "llc-over-training"),
+          settings=cfg.sgld,
+          param_mask=restriction,
+        )
+        d = r.diagnostics
+        return {
+          "llc": np.asarray(r.llc_mean),
+          "llc_per_chain": np.asarray(r.llc_per_chain),
+          "rhat": np.asarray(d["rhat"]),
+          "ess": np.asarray(d["ess_bulk"]),
+          "init_loss": np.asarray(r.init_loss),
+          "nbeta": np.asarray(d["nbeta"]),
+        }
+
+      if os.path.exists(ctx.path(f"{stage}.npz")):
+        meter.skip(per)
+      meter.start(f"restriction {i + 1}/{len(named)} ({name})")
+      out[name] = ctx.stage(stage, compute, fmt="npz")
+      meter.end()
+  return out
+
+
+def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
+  """Finds the checkpoints and their duplicates, prints the plan, estimates each restriction's
+  LLC at every distinct checkpoint, measures the probes, and finds the LLC's critical points."""
+  revs, duplicates = revisions_lib.revisions(cfg.checkpoints)
+  model, params_P, steps = load_points(revs, duplicates)
+  if cfg.seq_len > model.arch.max_positions:
+    raise config.ConfigError(
+      ["seq_len"], f"must be at most {model.arch.max_positions}, the model's position limit"
+    )
+  ids = tokens_lib.read_tokens(cfg.corpus)
+  tokens_lib.check_tokenizer(ids, revs[0].path, allow_mismatch=cfg.allow_other_tokenizer)
+  text_ids = tokens_lib.read_tokens(cfg.text) if cfg.text else ids
+  windows = tokens_lib.sample_windows(ids, cfg.seq_len, cfg.num_windows, cfg.seed, "sgld-windows")
+  first = jax.tree.map(lambda a: a[0], params_P)
+  named = {"all": None}
+  if cfg.restrict != "none":
+    spec = layer_spec(model) if cfg.restrict == "layers" else ""
+    named.update(
+      (k, v) for k, v in pretrained_llc.restrictions(spec, model, first).items() if k != "all"
+    )
+  ctx.log(plan_line(cfg, revs, duplicates, steps, named))
+  llcs = estimate(cfg, ctx, model, params_P, windows, named)
+  half = cfg.seq_len // 2
+  seqs = probes.repeated_sequences(model.arch.vocab_size, half, cfg.probe_sequences, cfg.seed)
+  text = tokens_lib.sample_windows(
+    text_ids, cfg.seq_len, cfg.probe_sequences, cfg.seed, "probe-text"
+  )
+  found = ctx.stage("probes", lambda: probes.measure(model, params_P, seqs, text), fmt="npz")
+  summary = report_lib.summarise(cfg, model, revs, duplicates, steps, llcs, found)
+  summary["critical_points"] = critical_points(
+    steps, summary["llc"]["all"]["llc"], summary["llc"]["all"]["se"]
+  )
+  return frame.Outputs(
+    summary,
+    figures=lambda folder: [report_lib.plot(summary, f"{folder}/landscape.png")],
+    captions={"landscape.png": report_lib.CAPTION},
+  )
+
+
+def plan_line(cfg: Config, revs, duplicates, steps, named) -> str:
+  s = cfg.sgld
+  dup = sum(len(v) - 1 for v in duplicates.values())
+  return (
+    f"plan: {len(revs)} checkpoints, steps {revs[0].step} to {revs[-1].step}"
+    + (f" ({dup} with the weights of another, estimated once)" if dup else "")
+    + f"; {len(named)} restrictions ({', '.join(named)}), each one program over the "
+    f"{len(steps)} distinct checkpoints; {s.num_chains} chains × ({s.num_burnin} burn-in + "
+    f"{s.num_draws} draws) of {s.batch_size} windows of {cfg.seq_len} tokens, n = "
+    f"{cfg.num_windows}; then the probes"
+  )
+
+
+STUDY = frame.Study(
+  NAME, Config, science, report_lib.report, required=REQUIRED, verdict=report_lib.verdict
+)
+run = STUDY.run
