@@ -10,6 +10,9 @@ revisions`) are reported and estimated once. For each restriction, one batched S
 probes (:mod:`~mechjax.studies.language.probes`) are the per-head prefix-matching scores, the loss
 drop on repeated random sequences, and the in-context-learning score.
 
+The posterior is tempered at ``nβ = n / ln n`` with ``n`` the windows' predicted tokens
+(``--nbeta`` replaces it): the loss is a mean over tokens, so a token is a sample.
+
 Stages are read off as in Hoogland et al. 2024 (arXiv 2402.02364): where the LLC's slope against
 log step changes sign. A change is *resolved* when the slopes on either side both differ from zero
 by more than two standard errors (the LLC's over chains, propagated); its step is the checkpoint
@@ -22,6 +25,7 @@ between them, uncertain to the checkpoints on either side.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 import jax
@@ -81,13 +85,24 @@ class Config(config.Settings):
   sgld: SGLDSettings = config.group(
     SGLDSettings(
       step_size=1e-4,
-      localization=100.0,
+      localization=1000.0,
       batch_size=8,
       num_chains=4,
       num_draws=100,
       num_burnin=20,
-    )
+    ),
+    help="nbeta unset: n / ln n with n the predicted tokens, num_windows × (seq_len − 1), since "
+    "the loss is a mean over tokens.",
   )
+
+
+def nbeta(cfg: Config) -> float:
+  """``--nbeta``, or ``n / ln n`` with ``n`` the predicted tokens of the windows: the loss is a
+  mean over tokens, so a token is a sample (Watanabe's ``β = 1 / ln n`` at ``n`` samples)."""
+  if cfg.sgld.nbeta is not None:
+    return cfg.sgld.nbeta
+  n = cfg.num_windows * (cfg.seq_len - 1)
+  return n / math.log(n)
 
 
 def layer_spec(model) -> str:
@@ -167,6 +182,7 @@ def estimate(cfg: Config, ctx: frame.Context, model, params_P, windows, named: d
           key=rng.key(cfg.seed, "llc-over-training"),
           settings=cfg.sgld,
           param_mask=restriction,
+          nbeta=nbeta(cfg),
         )
         d = r.diagnostics
         return {
@@ -233,8 +249,8 @@ def plan_line(cfg: Config, revs, duplicates, steps, named) -> str:
     + (f" ({dup} with the weights of another, estimated once)" if dup else "")
     + f"; {len(named)} restrictions ({', '.join(named)}), each one program over the "
     f"{len(steps)} distinct checkpoints; {s.num_chains} chains × ({s.num_burnin} burn-in + "
-    f"{s.num_draws} draws) of {s.batch_size} windows of {cfg.seq_len} tokens, n = "
-    f"{cfg.num_windows}; then the probes"
+    f"{s.num_draws} draws) of {s.batch_size} windows of {cfg.seq_len} tokens, ε = {s.step_size:g}, "
+    f"γ = {s.localization:g}, nβ = {nbeta(cfg):,.0f} ({cfg.num_windows} windows); then the probes"
   )
 
 
