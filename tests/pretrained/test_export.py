@@ -106,3 +106,13 @@ def test_transformers_reads_what_export_hf_writes(tmp_path):
       want = hf(torch.tensor(tokens)).logits.numpy()
     got = np.asarray(model.apply({"params": params}, jnp.asarray(tokens)))
     assert np.max(np.abs(got - want)) <= 1e-4, name
+
+
+def test_bfloat16_params_are_written_as_bfloat16(tmp_path):
+  model, params = pretrained.load(os.path.join(HERE, "llama_gqa"), dtype=jnp.bfloat16)
+  out = pretrained.export_hf(tmp_path / "bf16", model, params)
+  with open(os.path.join(out, "config.json")) as f:
+    assert json.load(f)["dtype"] == "bfloat16"
+  assert {str(a.dtype) for a in pretrained.read_weights(out).values()} == {"bfloat16"}
+  _, back = pretrained.load(out, dtype=jnp.bfloat16)
+  assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), params, back))

@@ -49,7 +49,7 @@ MAX_DEVICE_TOKENS = 1 << 25
 @dataclasses.dataclass(frozen=True)
 class Config(config.Settings):
   run: config.RunSettings = config.group(
-    config.RunSettings(steps=4_000, num_seeds=2, log_every=200, checkpoint_every=1_000)
+    config.RunSettings(steps=2_000, num_seeds=2, log_every=100, checkpoint_every=500)
   )
   corpus: str = config.setting(
     "",
