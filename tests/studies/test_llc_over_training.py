@@ -47,14 +47,24 @@ def trained(tmp_path_factory):
   return summary["exports"][0], corpus
 
 
-def test_critical_points_need_both_slopes_resolved():
+def test_critical_points_need_significant_slopes_on_both_sides():
   steps = [0, 1, 10, 100, 1000]
   llc = [0.0, 1.0, 5.0, 9.0, 4.0]  # rises, then falls after step 100
   tight = llc_over_training.critical_points(steps, llc, [0.1] * 5)
   assert tight == [{"step": 100, "from": 10, "to": 1000, "kind": "peak", "resolved": True}]
   loose = llc_over_training.critical_points(steps, llc, [5.0] * 5)
-  assert [c["resolved"] for c in loose] == [False]
+  assert [(c["step"], c["resolved"]) for c in loose] == [(100, False)]
   assert llc_over_training.critical_points(steps, [0, 1, 2, 3, 4], [0.1] * 5) == []
+  # A flat top between a significant rise and fall: one resolved peak at its highest checkpoint.
+  steps = [1, 10, 100, 1000, 10000, 100000]
+  flat = llc_over_training.critical_points(steps, [1, 5, 9, 9.05, 4, 2], [0.1] * 6)
+  assert flat == [{"step": 1000, "from": 10, "to": 10000, "kind": "peak", "resolved": True}]
+  # A checkpoint whose LLC is negative beyond two standard errors is left out: with it, the rise
+  # from -50 would make step 10 a peak.
+  found = llc_over_training.critical_points([1, 10, 100, 1000], [-50, 5, 1, 6], [1] * 4)
+  assert found == [{"step": 100, "from": 10, "to": 1000, "kind": "trough", "resolved": True}]
+  with_it = llc_over_training.critical_points([1, 10, 100, 1000], [-50, 5, 1, 6], [100, 1, 1, 1])
+  assert [c["step"] for c in with_it] == [10, 100]
 
 
 def test_prefix_matching_is_uniform_attentions_at_initialisation():

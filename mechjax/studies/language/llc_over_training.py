@@ -132,33 +132,54 @@ def load_points(revs: list, duplicates: dict) -> tuple:
 
 
 def critical_points(steps, llc, se) -> list[dict]:
-  """Where the LLC's slope against ``log(step)`` changes sign (module docstring): for each
-  checkpoint ``k`` between two slopes of opposite sign, ``{"step", "from", "to", "kind",
-  "resolved"}`` (``kind``: ``"peak"`` or ``"trough"``; ``from``/``to`` the neighbouring steps).
-  Step 0 has no logarithm and is left out."""
+  """Where the LLC turns against ``log(step)`` (module docstring). Each segment between neighbouring
+  checkpoints has a slope and its standard error; a segment is *significant* when its slope differs
+  from zero by more than two. A turn is resolved where two consecutive significant segments (any
+  insignificant ones between them) have opposite signs: its step is the checkpoint of the highest
+  (a peak) or lowest (a trough) LLC between them, bracketed by the first significant segment's
+  start and the second's end. A sign change of neighbouring slopes that no resolved turn brackets
+  is listed as unresolved, at the checkpoint between them. Returns ``{"step", "from", "to",
+  "kind", "resolved"}`` in step order. Step 0 has no logarithm and is left out, as are checkpoints
+  whose LLC is negative beyond two standard errors (not at a minimum: a diagnostic, not a
+  learning coefficient)."""
   steps, llc, se = np.asarray(steps, float), np.asarray(llc, float), np.asarray(se, float)
-  keep = steps > 0
-  steps, llc, se = steps[keep], llc[keep], np.nan_to_num(se[keep], nan=np.inf)
+  se = np.nan_to_num(se, nan=np.inf)
+  keep = (steps > 0) & ~(llc < -2 * se)
+  steps, llc, se = steps[keep], llc[keep], se[keep]
   if len(steps) < 3:
     return []
   dx = np.diff(np.log(steps))
   slope = np.diff(llc) / dx
-  slope_se = np.sqrt(se[1:] ** 2 + se[:-1] ** 2) / dx
-  out = []
+  significant = np.abs(slope) > 2 * np.sqrt(se[1:] ** 2 + se[:-1] ** 2) / dx
+  out, previous = [], None
+  for j in np.flatnonzero(significant):
+    if previous is not None and np.sign(slope[j]) != np.sign(slope[previous]):
+      between = np.arange(previous + 1, j + 1)  # the checkpoints after the rise, up to the fall
+      peak = slope[previous] > 0
+      k = between[np.argmax(llc[between]) if peak else np.argmin(llc[between])]
+      out.append(
+        {
+          "step": int(steps[k]),
+          "from": int(steps[previous]),
+          "to": int(steps[j + 1]),
+          "kind": "peak" if peak else "trough",
+          "resolved": True,
+        }
+      )
+    previous = j
   for k in range(1, len(slope)):
-    if np.sign(slope[k - 1]) == np.sign(slope[k]) or slope[k - 1] == 0 or slope[k] == 0:
-      continue
-    resolved = bool(abs(slope[k - 1]) > 2 * slope_se[k - 1] and abs(slope[k]) > 2 * slope_se[k])
-    out.append(
-      {
-        "step": int(steps[k]),
-        "from": int(steps[k - 1]),
-        "to": int(steps[k + 1]),
-        "kind": "peak" if slope[k - 1] > 0 else "trough",
-        "resolved": resolved,
-      }
-    )
-  return out
+    if slope[k - 1] * slope[k] < 0 and not any(c["from"] < steps[k] < c["to"] for c in out):
+      kind = "peak" if slope[k - 1] > 0 else "trough"
+      out.append(
+        {
+          "step": int(steps[k]),
+          "from": int(steps[k - 1]),
+          "to": int(steps[k + 1]),
+          "kind": kind,
+          "resolved": False,
+        }
+      )
+  return sorted(out, key=lambda c: c["step"])
 
 
 def estimate(cfg: Config, ctx: frame.Context, model, params_P, windows, named: dict) -> dict:

@@ -142,8 +142,7 @@ def verdict(summary: dict) -> list[str]:
     + f" The in-context-learning score goes from {p['icl_score'][0]:+.3f} to "
     f"{p['icl_score'][-1]:+.3f} nats."
   )
-  mixing = whole["mixing"]
-  lines.append(f"Chains (whole model): {mixing}.")
+  lines += negative(summary) + [mixing_line(summary)]
   if summary["duplicates"]:
     lines.append(
       "Identical weights under several steps, estimated once: "
@@ -151,6 +150,36 @@ def verdict(summary: dict) -> list[str]:
       + "."
     )
   return lines
+
+
+def negative(summary: dict) -> list[str]:
+  """The checkpoints whose whole-model LLC is negative beyond two standard errors, and what that
+  means."""
+  whole = summary["llc"]["all"]
+  llc, se = np.asarray(whole["llc"], float), np.nan_to_num(np.asarray(whole["se"], float))
+  below = [s for s, v, e in zip(summary["steps"], llc, se) if v < -2 * e]
+  if not below:
+    return []
+  return [
+    f"Negative LLCs at {len(below)} checkpoint{'s' * (len(below) > 1)} (steps "
+    f"{', '.join(map(str, below))}): the chains found lower loss near w*, which is then not a "
+    "local minimum (as early in training). Those values are a diagnostic, not learning "
+    "coefficients, and the stages above are read without them."
+  ]
+
+
+def mixing_line(summary: dict) -> str:
+  """Whether the whole model's chains mixed, over the checkpoints."""
+  m, n = summary["llc"]["all"]["mixing"], len(summary["steps"])
+  if m["rhat_max"] is None or not np.isfinite(m["rhat_max"]):
+    return "Mixing: too few draws to judge (R̂ and ESS need 8 or more per chain)."
+  failing = round(m["share_failing"] * n)
+  return (
+    f"Mixing (whole model): R̂ at most {m['rhat_max']:.3f} and bulk ESS at least "
+    f"{m['ess_min']:.0f} over the {n} checkpoints; {failing} of {n} miss R̂ ≤ "
+    f"{slt.mixing.RHAT_MAX} or ESS ≥ {slt.mixing.ESS_PER_CHAIN_MIN} per chain"
+    + (", so read their LLCs with care." if failing else ".")
+  )
 
 
 def report(summary: dict) -> list[str]:
