@@ -44,7 +44,6 @@ from jax.sharding import PartitionSpec as P
 
 import mechjax
 from mechjax import sharding as sharding_lib
-from mechjax.slt import progress
 from mechjax.slt.chain import sample_chain
 from mechjax.slt.params import is_float_leaf
 from mechjax.slt.settings import SGLDSettings
@@ -345,7 +344,6 @@ def points_program(
         star_losses=star_losses[point] if per_sample else None,
         support=support,
         constrain=sharding_lib.model_constraint(layout),
-        report_every=progress.ticks(settings.num_steps),  # to a listener, if any (slt.progress)
       )
 
     return over_chains(chain, chain_loop(settings), keys, points)

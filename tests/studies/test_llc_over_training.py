@@ -8,17 +8,14 @@ import shutil
 import numpy as np
 import pytest
 
-from mechjax.data import language
+from mechjax.data import tokens
 from mechjax.models import pretrained
 from mechjax.models.pretrained import revisions
 from mechjax.studies.language import llc_over_training
 from mechjax.studies.language import llc_over_training_report
 from mechjax.studies.language import probes
-from mechjax.studies.language import train_lm
 from tests.helpers import check_report
 from tests.helpers import expect_unmixed
-from tests.helpers import write_wiki_dump
-from tests.studies.test_train_lm import TINY_CONFIGS as TRAIN
 
 TINY_CONFIGS = {
   "llc_over_training": dict(
@@ -34,17 +31,14 @@ TINY_CONFIGS = {
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pretrained")
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  """A tiny train_lm run's exports (steps 0, 1, 6 of seed 0) and its corpus."""
-  folder = tmp_path_factory.mktemp("lm")
-  dump = write_wiki_dump(folder / "dump.xml", n=12)
-  corpus = language.make_corpus(folder / "corpus", vocab_size=300, heldout_every=4, dump=dump)
-  cfg = train_lm.Config().replace(
-    corpus=corpus.directory, num_seeds=1, **{k: v for k, v in TRAIN["train_lm"].items()}
-  )
-  summary = train_lm.run(cfg, folder / "run", progress=False)
-  return summary["exports"][0], corpus
+REVISIONS = os.path.join(HERE, "checkpoints", "revisions")  # written by transformers
+
+
+def token_file(path, vocab: int = 61) -> str:
+  """A token file of random ids below ``vocab`` that records no tokenizer (the revisions have
+  none to check against)."""
+  rng = np.random.default_rng(0)
+  return tokens.write_tokens(path, [rng.integers(1, vocab, 200) for _ in range(8)], 0)
 
 
 def test_critical_points_need_significant_slopes_on_both_sides():
@@ -76,50 +70,51 @@ def test_prefix_matching_is_uniform_attentions_at_initialisation():
   assert ((scores > 0) & (scores < 1)).all()
 
 
-def test_revisions_are_ordered_by_step_and_duplicates_found(trained, tmp_path):
-  exports, _ = trained
+def test_revisions_are_ordered_by_step_and_duplicates_found(tmp_path):
+  found, duplicates = revisions.revisions(REVISIONS)
+  assert [r.step for r in found] == [0, 100, 1000, 2000]
+  assert list(duplicates.values()) == [[1000, 2000]]
+  assert len({r.weights for r in found}) == 3
   folder = tmp_path / "revs"
-  for name in ("step0", "step6", "step1"):
-    shutil.copytree(os.path.join(exports, name), folder / name)
-  shutil.copytree(os.path.join(exports, "step6"), folder / "step60")  # the same weights again
-  found, duplicates = revisions.revisions(folder)
-  assert [r.step for r in found] == [0, 1, 6, 60]
-  assert list(duplicates.values()) == [[6, 60]]
+  shutil.copytree(REVISIONS, folder)
   (folder / "final").mkdir()
   (folder / "final" / "config.json").write_text("{}")
   with pytest.raises(pretrained.CheckpointError, match="no step number in the folder's name"):
     revisions.revisions(folder)
+  shutil.rmtree(folder / "final")
   with pytest.raises(pretrained.CheckpointError, match="it is itself a checkpoint"):
     revisions.revisions(folder / "step0")
+  shutil.copytree(folder / "step0", folder / "step00")
+  with pytest.raises(pretrained.CheckpointError, match="step0 and step00 both name step 0"):
+    revisions.revisions(folder)
 
 
+@pytest.mark.filterwarnings("ignore::mechjax.data.tokens.CorpusWarning")
 @expect_unmixed
 @pytest.mark.slow
-def test_llc_over_training_on_a_folder_it_did_not_write(trained, tmp_path, capsys):
-  """A folder of revisions named as Pythia's are, one a copy of another: estimated once."""
-  exports, corpus = trained
-  folder = tmp_path / "revisions"
-  for name, step in (("step0", 0), ("step1", 1000), ("step6", 6000)):
-    shutil.copytree(os.path.join(exports, name), folder / f"step{step}")
-  shutil.copytree(os.path.join(exports, "step6"), folder / "step7000")
+def test_llc_over_training_on_revisions_transformers_wrote(tmp_path, capsys):
+  """Revisions of a GPT-NeoX model as transformers saved them, one a copy of another: every
+  distinct checkpoint estimated once, the copy reported."""
   cfg = llc_over_training.Config().replace(
-    checkpoints=str(folder), corpus=corpus.train, **TINY_CONFIGS["llc_over_training"]
+    checkpoints=REVISIONS,
+    corpus=token_file(tmp_path / "corpus.tokens"),
+    **TINY_CONFIGS["llc_over_training"],
   )
   summary = llc_over_training.run(cfg, tmp_path / "run", progress=True)
   out = capsys.readouterr().out
   assert (
-    "plan: 4 checkpoints, steps 0 to 7000 (1 with the weights of another, estimated once)" in out
+    "plan: 4 checkpoints, steps 0 to 2000 (1 with the weights of another, estimated once)" in out
   )
   assert "2 restrictions (all, l0 attn+l0 mlp), each one program over the 3 distinct" in out
-  assert summary["steps"] == [0, 1000, 6000] and summary["duplicates"] == [[6000, 7000]]
-  assert summary["checkpoints"][-1]["same_as"] == 6000
+  assert "restriction 1/2 (all): 3 checkpoints × 2 chains × 10 steps in one program" in out
+  assert re.search(r"restriction 2/2 \(l0 attn\+l0 mlp\) done in .*; ETA of the LLCs 0", out)
+  assert summary["steps"] == [0, 100, 1000] and summary["duplicates"] == [[1000, 2000]]
+  assert summary["checkpoints"][-1]["same_as"] == 1000
   for name, r in summary["llc"].items():
     assert len(r["llc"]) == 3 and np.all(np.isfinite(r["llc"])), name
   assert np.asarray(summary["probes"]["prefix_matching"]).shape == (3, 1, 2)
-  verdict = llc_over_training_report.verdict(
-    json.loads((tmp_path / "run" / "summary.json").read_text())
-  )
-  assert "Identical weights under several steps, estimated once: 6000, 7000." in verdict
+  saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+  verdict = llc_over_training_report.verdict(saved)
+  assert "Identical weights under several steps, estimated once: 1000, 2000." in verdict
   assert any(line.startswith("Stages: ") for line in verdict)
-  assert re.search(r"restriction 2/2 \(l0 attn\+l0 mlp\): 120/120 chain steps", out)
   assert check_report(tmp_path / "run") == ["figures/landscape.png"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 
 import jax
 import numpy as np
@@ -183,43 +184,52 @@ def critical_points(steps, llc, se) -> list[dict]:
 
 
 def estimate(cfg: Config, ctx: frame.Context, model, params_P, windows, named: dict) -> dict:
-  """Each restriction's LLC at every point, one batched program (and one saved stage) each, with
-  a progress line at a time: ``{name: {"llc": (P,), "llc_per_chain": (P, C), "rhat", "ess",
-  "init_loss": (P,), "nbeta"}}``."""
+  """Each restriction's LLC at every point, one batched program (and one saved stage) each, with a
+  line as each starts and ends (the ETA from the restrictions done so far; a restricted chain is
+  cheaper than a whole one, so it errs long): ``{name: {"llc": (P,), "llc_per_chain": (P, C),
+  "rhat", "ess", "init_loss": (P,), "nbeta"}}``."""
   loss_fn = jax.jit(lambda p, w: pretrained.next_token_losses(model, p, w).mean())
   points = jax.tree.leaves(params_P)[0].shape[0]
-  per = points * cfg.sgld.num_chains * cfg.sgld.num_steps
-  meter = progress.Meter(per * len(named), ctx.log)
-  out = {}
-  with progress.listening(meter):
-    for i, (name, restriction) in enumerate(named.items()):
-      stage = f"llc-{name.replace(' ', '_').replace('+', '-')}"
+  s = cfg.sgld
+  out, spent = {}, []
+  for i, (name, restriction) in enumerate(named.items()):
+    stage = f"llc-{name.replace(' ', '_').replace('+', '-')}"
 
-      def compute(restriction=restriction):
-        r = slt.estimate_llc_batch(
-          loss_fn,
-          params_P,
-          windows,
-          key=rng.key(cfg.seed, "llc-over-training"),
-          settings=cfg.sgld,
-          param_mask=restriction,
-          nbeta=nbeta(cfg),
-        )
-        d = r.diagnostics
-        return {
-          "llc": np.asarray(r.llc_mean),
-          "llc_per_chain": np.asarray(r.llc_per_chain),
-          "rhat": np.asarray(d["rhat"]),
-          "ess": np.asarray(d["ess_bulk"]),
-          "init_loss": np.asarray(r.init_loss),
-          "nbeta": np.asarray(d["nbeta"]),
-        }
+    def compute(restriction=restriction):
+      r = slt.estimate_llc_batch(
+        loss_fn,
+        params_P,
+        windows,
+        key=rng.key(cfg.seed, "llc-over-training"),
+        settings=cfg.sgld,
+        param_mask=restriction,
+        nbeta=nbeta(cfg),
+      )
+      d = r.diagnostics
+      return {
+        "llc": np.asarray(r.llc_mean),
+        "llc_per_chain": np.asarray(r.llc_per_chain),
+        "rhat": np.asarray(d["rhat"]),
+        "ess": np.asarray(d["ess_bulk"]),
+        "init_loss": np.asarray(r.init_loss),
+        "nbeta": np.asarray(d["nbeta"]),
+      }
 
-      if os.path.exists(ctx.path(f"{stage}.npz")):
-        meter.skip(per)
-      meter.start(f"restriction {i + 1}/{len(named)} ({name})")
-      out[name] = ctx.stage(stage, compute, fmt="npz")
-      meter.end()
+    done = os.path.exists(ctx.path(f"{stage}.npz"))
+    if not done:
+      ctx.log(
+        f"  restriction {i + 1}/{len(named)} ({name}): {points} checkpoints × {s.num_chains} "
+        f"chains × {s.num_steps} steps in one program"
+      )
+    start = time.perf_counter()
+    out[name] = ctx.stage(stage, compute, fmt="npz")
+    if not done:
+      spent.append(time.perf_counter() - start)
+      left = np.mean(spent) * (len(named) - i - 1)
+      ctx.log(
+        f"  restriction {i + 1}/{len(named)} ({name}) done in {progress.duration(spent[-1])}; "
+        f"ETA of the LLCs {progress.duration(left)}"
+      )
   return out
 
 
