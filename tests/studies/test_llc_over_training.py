@@ -117,4 +117,8 @@ def test_llc_over_training_on_revisions_transformers_wrote(tmp_path, capsys):
   verdict = llc_over_training_report.verdict(saved)
   assert "Identical weights under several steps, estimated once: 1000, 2000." in verdict
   assert any(line.startswith("Stages: ") for line in verdict)
+  lines = llc_over_training_report.report(saved)
+  assert len(lines) == 3 and all(
+    re.search(r"LLC all \S+ ± \S+ \(R̂ [\d.]+, ESS \d+\)", x) for x in lines
+  )
   assert check_report(tmp_path / "run") == ["figures/landscape.png"]

@@ -183,18 +183,23 @@ def mixing_line(summary: dict) -> str:
 
 
 def report(summary: dict) -> list[str]:
-  """One line per distinct checkpoint: the LLC ± s.e., the refined LLCs, the probes."""
+  """One line per distinct checkpoint: the LLC ± s.e., the refined LLCs, the whole model's R̂ and
+  bulk ESS, the probes."""
   names = list(summary["llc"])
   p = summary["probes"]
   lines = []
+  whole = summary["llc"]["all"]
   for i, step in enumerate(summary["steps"]):
     parts = []
     for name in names:
       r = summary["llc"][name]
       se = r["se"][i]
-      parts.append(
-        f"{name} {r['llc'][i]:.3g}" + ("" if se is None or not np.isfinite(se) else f" ± {se:.2g}")
+      part = f"{name} {r['llc'][i]:.3g}" + (
+        "" if se is None or not np.isfinite(se) else f" ± {se:.2g}"
       )
+      if name == "all":
+        part += f" (R̂ {whole['rhat'][i]:.3f}, ESS {whole['ess'][i]:.0f})"
+      parts.append(part)
     lines.append(
       f"  step {step:>6}: LLC {'; '.join(parts)}; best induction {p['best_score'][i]:.2f} "
       f"({p['best_head'][i]}); ICL {p['icl_score'][i]:+.3f}; loss {p['loss'][i]:.3f}"
