@@ -14,9 +14,10 @@ The posterior is tempered at ``nβ = n / ln n`` with ``n`` the windows' predicte
 (``--nbeta`` replaces it): the loss is a mean over tokens, so a token is a sample.
 
 Stages are read off as in Hoogland et al. 2024 (arXiv 2402.02364): where the LLC's slope against
-log step changes sign. A change is *resolved* when the slopes on either side both differ from zero
-by more than two standard errors (the LLC's over chains, propagated); its step is the checkpoint
-between them, uncertain to the checkpoints on either side.
+log step changes sign. A turn is *resolved* when two slopes of opposite sign, each differing from
+zero by more than two standard errors (the LLC's over chains, propagated), follow one another with
+only insignificant slopes between them; its step is the highest (or lowest) checkpoint between
+them, bracketed by the first slope's start and the second's end (:func:`critical_points`).
 
     python -m experiments.llc_over_training --checkpoints=runs/train_lm/hf/seed0 \\
         --corpus=runs/train_lm/corpus/train.tokens
