@@ -46,6 +46,9 @@ HEADERS = {b"MJXTOK01": 16, MAGIC: HEADER}  # every version read, and its header
 UNKNOWN = bytes(32)  # the fingerprint of a corpus whose tokenizer is not known
 
 
+# The end-of-document tokens looked for, in this order, in a tokenizer that is not told its id.
+EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>")
+
 MAKE_ONE = (
   'python -c "from mechjax.data import tokens; '
   "tokens.corpus_from_text('texts/', 'MODEL_DIR', 'corpus.tokens')\""
@@ -225,11 +228,7 @@ def corpus_from_text(
   tok = tokenizer(tokenizer_json)
   if eos_id is None:
     eos_id = next(
-      (
-        tok.token_to_id(t)
-        for t in ("<|endoftext|>", "</s>", "<eos>")
-        if tok.token_to_id(t) is not None
-      ),
+      (tok.token_to_id(t) for t in EOS_TOKENS if tok.token_to_id(t) is not None),
       None,
     )
     if eos_id is None:

@@ -156,6 +156,29 @@ def param_name(path) -> str:
   return ".".join(str(getattr(k, "key", k)) for k in path)
 
 
+def refuse_existing(directory: str, writer: str, error: type[Exception] = CheckpointError) -> None:
+  """Refuses, with ``error`` in one line, a ``directory`` that already holds a checkpoint (a
+  ``config.json`` or weights): ``writer`` writes a new directory and overwrites nothing."""
+  for name in ("config.json", "model.safetensors", "model.safetensors.index.json"):
+    if os.path.exists(os.path.join(directory, name)):
+      raise error(f"{directory} already holds {name}; {writer} writes a new directory")
+
+
+def tokenizer_source(tokenizer: str | os.PathLike | None) -> str | None:
+  """The ``tokenizer.json`` that ``tokenizer`` names (the file, or a folder holding it), or None
+  for None; one line when there is none."""
+  if tokenizer is None:
+    return None
+  source = os.fspath(tokenizer)
+  if os.path.isdir(source):
+    source = os.path.join(source, "tokenizer.json")
+  if not os.path.isfile(source):
+    raise CheckpointError(
+      f"tokenizer={source} does not exist; pass a tokenizer.json or its checkpoint directory"
+    )
+  return source
+
+
 def save(
   directory: str | os.PathLike,
   model: DecoderLM,
@@ -179,18 +202,8 @@ def save(
       pretrained.save("folded", *pretrained.fold_norms(model, params), tokenizer="pythia-70m")
   """
   directory = os.fspath(directory)
-  for name in ("config.json", "model.safetensors", "model.safetensors.index.json"):
-    if os.path.exists(os.path.join(directory, name)):
-      raise FileExistsError(f"{directory} already holds {name}; save writes a new directory")
-  source = None
-  if tokenizer is not None:
-    source = os.fspath(tokenizer)
-    if os.path.isdir(source):
-      source = os.path.join(source, "tokenizer.json")
-    if not os.path.isfile(source):
-      raise CheckpointError(
-        f"tokenizer={source} does not exist; pass a tokenizer.json or its checkpoint directory"
-      )
+  refuse_existing(directory, "save", FileExistsError)
+  source = tokenizer_source(tokenizer)
   os.makedirs(directory, exist_ok=True)
   if source is not None:
     shutil.copyfile(source, os.path.join(directory, "tokenizer.json"))

@@ -25,9 +25,12 @@ import shutil
 import jax
 import numpy as np
 
+from mechjax.data import tokens
 from mechjax.models.pretrained import families
 from mechjax.models.pretrained.arch import Arch
 from mechjax.models.pretrained.arch import CheckpointError
+from mechjax.models.pretrained.checkpoint import refuse_existing
+from mechjax.models.pretrained.checkpoint import tokenizer_source
 from mechjax.models.pretrained.model import DecoderLM
 from mechjax.models.pretrained.safetensors import write_safetensors
 
@@ -128,22 +131,9 @@ def export_hf(
   directory = os.fspath(directory)
   cfg = hf_config(model.arch)
   tensors = hf_tensors(model.arch, params)
-  for name in ("config.json", WEIGHTS, "model.safetensors.index.json"):
-    if os.path.exists(os.path.join(directory, name)):
-      raise CheckpointError(f"{directory} already holds {name}; export_hf writes a new directory")
-  source = None
-  if tokenizer is not None:
-    source = os.fspath(tokenizer)
-    if os.path.isdir(source):
-      source = os.path.join(source, "tokenizer.json")
-    if not os.path.isfile(source):
-      raise CheckpointError(
-        f"tokenizer={source} does not exist; pass a tokenizer.json or the folder that holds it"
-      )
-  dtype = np.result_type(*tensors.values()).name
-  cfg["dtype"] = cfg["torch_dtype"] = {"float32": "float32", "bfloat16": "bfloat16"}.get(
-    dtype, dtype
-  )
+  refuse_existing(directory, "export_hf")
+  source = tokenizer_source(tokenizer)
+  cfg["dtype"] = cfg["torch_dtype"] = np.result_type(*tensors.values()).name
   os.makedirs(directory, exist_ok=True)
   write_safetensors(os.path.join(directory, WEIGHTS), tensors, metadata={"format": "pt"})
   if source is not None:
@@ -159,7 +149,7 @@ def _special_ids(tokenizer_json: str) -> dict:
   (``<|endoftext|>``, ``</s>`` or ``<eos>``)."""
   with open(tokenizer_json) as f:
     added = {t["content"]: t["id"] for t in json.load(f).get("added_tokens", [])}
-  for name in ("<|endoftext|>", "</s>", "<eos>"):
+  for name in tokens.EOS_TOKENS:
     if name in added:
       return {"bos_token_id": added[name], "eos_token_id": added[name]}
   return {}

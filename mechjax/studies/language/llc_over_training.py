@@ -112,7 +112,7 @@ def layer_spec(model) -> str:
   return ",".join(f"l{l} attn+l{l} mlp" for l in range(model.arch.num_layers))
 
 
-def load_points(revs: list, duplicates: dict) -> tuple:
+def load_points(revs: list) -> tuple:
   """``(model, params_P, steps)``: the first checkpoint of each distinct weight hash, stacked;
   refuses checkpoints of different architectures, by name."""
   seen, points = set(), []
@@ -238,7 +238,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
   """Finds the checkpoints and their duplicates, prints the plan, estimates each restriction's
   LLC at every distinct checkpoint, measures the probes, and finds the LLC's critical points."""
   revs, duplicates = revisions_lib.revisions(cfg.checkpoints)
-  model, params_P, steps = load_points(revs, duplicates)
+  model, params_P, steps = load_points(revs)
   if cfg.seq_len > model.arch.max_positions:
     raise config.ConfigError(
       ["seq_len"], f"must be at most {model.arch.max_positions}, the model's position limit"
@@ -262,7 +262,7 @@ def science(cfg: Config, ctx: frame.Context) -> frame.Outputs:
     text_ids, cfg.seq_len, cfg.probe_sequences, cfg.seed, "probe-text"
   )
   found = ctx.stage("probes", lambda: probes.measure(model, params_P, seqs, text), fmt="npz")
-  summary = report_lib.summarise(cfg, model, revs, duplicates, steps, llcs, found)
+  summary = report_lib.summarise(cfg, model, params_P, revs, duplicates, steps, llcs, found)
   summary["critical_points"] = critical_points(
     steps, summary["llc"]["all"]["llc"], summary["llc"]["all"]["se"]
   )

@@ -21,7 +21,7 @@ CAPTION = (
 )
 
 
-def summarise(cfg, model, revs, duplicates, steps, llcs: dict, found: dict) -> dict:
+def summarise(cfg, model, params_P, revs, duplicates, steps, llcs: dict, found: dict) -> dict:
   """The summary: the model, the checkpoints (with the weight hash and the step each duplicate
   repeats), nβ, each restriction's LLC per distinct checkpoint with its standard error and mixing,
   and the probes."""
@@ -39,10 +39,7 @@ def summarise(cfg, model, revs, duplicates, steps, llcs: dict, found: dict) -> d
         "same_as": None if same == r.step else same,
       }
     )
-  params = sum(
-    int(np.size(x))
-    for x in jax.tree.leaves(model.init(jax.random.key(0), np.zeros((1, 1), np.int32)))
-  )
+  params = sum(int(np.size(x)) for x in jax.tree.leaves(params_P)) // len(steps)
   llc = {}
   for name, r in llcs.items():
     per_chain = np.asarray(r["llc_per_chain"])
