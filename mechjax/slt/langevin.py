@@ -161,9 +161,8 @@ def noise_keys(key: jax.Array, noise_slots, impl: str = "threefry") -> jax.Array
 def normal_noise(key: jax.Array, w: Params, noise_slots, impl: str = "threefry") -> Params:
   """Standard normal noise ``ξ`` shaped like ``w``, each leaf from its own slot's key
   (:func:`noise_keys`), so that a restricted chain draws the unrestricted one's noise; the numbers
-  of ``jax.random.normal``, computed by :func:`mechjax.slt.noise.normal`."""
+  of ``jax.random.normal``, computed by :func:`mechjax.slt.noise.normals`."""
   leaves, treedef = jax.tree.flatten(w)
   keys = noise_keys(key, noise_slots, impl)
-  return jax.tree.unflatten(
-    treedef, [noise_lib.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
-  )
+  requests = [(k, x.shape, x.dtype, None, None) for k, x in zip(keys, leaves)]
+  return jax.tree.unflatten(treedef, noise_lib.normals(requests))

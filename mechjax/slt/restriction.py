@@ -85,17 +85,19 @@ class Restriction:
   def noise(self, key: jax.Array, full: Params, impl: str = "threefry") -> Params:
     """Standard normal noise on the boxes: the unrestricted chain's noise
     (:func:`mechjax.slt.langevin.normal_noise`, each float leaf from its own key) on each box,
-    computed for the box alone (:func:`mechjax.slt.noise.normal`), so that a restricted chain draws
+    computed for the box alone (:func:`mechjax.slt.noise.normals`), so that a restricted chain draws
     what the masked one draws at the cost of its own weights."""
     leaves, treedef = jax.tree.flatten(full)
     support = tuple(s is not None for s in self.sizes)
     keys = iter(langevin.noise_keys(key, params_lib.noise_slots(full, support), impl))
-    out = [
-      None
-      if s is None
-      else noise_lib.normal(next(keys), a.shape, a.dtype, self._corner(i, a.ndim), s)
-      for i, (a, s) in enumerate(zip(leaves, self.sizes))
+    boxed = [i for i, s in enumerate(self.sizes) if s is not None]
+    requests = [
+      (next(keys), leaves[i].shape, leaves[i].dtype, self._corner(i, leaves[i].ndim), self.sizes[i])
+      for i in boxed
     ]
+    out: list = [None] * len(leaves)
+    for i, z in zip(boxed, noise_lib.normals(requests)):
+      out[i] = z
     return jax.tree.unflatten(treedef, out)
 
   def mask(self, params: Params) -> Params:

@@ -95,3 +95,32 @@ def test_a_box_without_a_start_begins_at_the_origin_on_both_paths():
 def test_the_fast_path_ops_carry_the_scope_that_profiles_look_for():
   lowered = jax.jit(lambda k: noise_lib.normal(k, (3, 4))).lower(jax.random.key(0))
   assert noise_lib.SCOPE in lowered.as_text(debug_info=True)
+
+
+def test_normals_packs_the_small_requests_into_one_hash_and_gives_each_its_numbers():
+  keys = jax.random.split(jax.random.key(7), 6)
+  requests = [
+    (keys[0], (3, 5), jnp.float32, None, None),
+    (keys[1], (), jnp.float32, None, None),
+    (keys[2], (4, 6), jnp.float32, (1, 2), (2, 3)),  # a box
+    (keys[3], (2, 3), jnp.float16, None, None),  # another dtype: jax.random.normal
+    (keys[4], (noise_lib.PACK_MAX + 1,), jnp.float32, None, None),  # too large to pack
+    (keys[5], (7,), jnp.float32, None, None),
+  ]
+  got = jax.jit(lambda: noise_lib.normals(requests))()
+  for (key, shape, dtype, start, size), z in zip(requests, got):
+    want = jax.random.normal(key, shape, dtype)
+    if start is not None:
+      want = want[tuple(slice(a, a + n) for a, n in zip(start, size))]
+    assert z.dtype == want.dtype
+    np.testing.assert_array_equal(z, want)
+
+  # The Threefry rounds appear once for the four packed requests and once for the large one:
+  # each hash has 20 rounds of one XOR, and each normal one more XOR of the two output words.
+  def xors(reqs):
+    text = str(jax.make_jaxpr(lambda: noise_lib.normals(reqs))())
+    return text.count(" xor ")
+
+  packed = [requests[i] for i in (0, 1, 2, 5)]
+  one = xors(packed[:1])
+  assert one > 0 and xors(packed) == one and xors(requests[:1] + requests[4:5]) == 2 * one
