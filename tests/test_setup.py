@@ -20,6 +20,7 @@ def test_a_test_compiles_as_the_environment_its_subprocesses_inherit_says():
 
 
 @pytest.mark.compute_bound
+@pytest.mark.slow
 def test_a_compute_bound_test_and_its_subprocesses_compile_with_the_optimizations():
   assert jax.config.read("jax_disable_most_optimizations") is False
   assert os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "0"

@@ -52,6 +52,7 @@ def test_bad_arguments():
     dyck.sample_dyck(jax.random.PRNGKey(0), 2, p_open=1.0)
 
 
+@pytest.mark.slow
 def test_losses_of_the_three_targets():
   batch = dyck.sample_dyck(jax.random.PRNGKey(3), 8, length=12, k=3, max_depth=4)
   classes = {"token": dyck.vocab_size(3), "depth": 5, "valid": 2}

@@ -422,6 +422,7 @@ def test_a_multi_task_member_runs_under_jax_distributed():
   assert not slurm.is_distributed({"nodes": 1, "tasks_per_node": 1})
 
 
+@pytest.mark.slow
 def test_slurm_dry_run_shows_account_qos_and_multi_node_members(tmp_path):
   sweep = _sweep_file(tmp_path / "sweep.py", "experiments.fourier_phase", [{"seed": 0}])
   args = [f"--sweep={sweep}", f"--root={tmp_path / 'root'}", "--backend=slurm", "--dry_run"]

@@ -21,6 +21,8 @@ from tests.pretrained.test_studies import HERE
 from tests.pretrained.test_studies import TINY_CONFIGS
 
 NEOX = os.path.join(HERE, "gpt_neox")
+# Each study's cases run in a process of its own.
+pytestmark = pytest.mark.slow
 
 
 def word_tokenizer(path, shift=0):

@@ -99,6 +99,7 @@ def program_shapes(jaxpr):
           yield from program_shapes(sub)
 
 
+@pytest.mark.slow
 def test_the_chunked_head_is_logsumexp_and_its_gradient_without_the_logits(monkeypatch):
   # 7 chunks of 16 columns for a vocabulary of 100: the last chunk is padded.
   monkeypatch.setattr(pretrained.model, "VOCAB_CHUNK", 16)
@@ -165,6 +166,7 @@ def test_an_odd_rotary_dimension_rotates_as_transformers_does(rotary_dim, head_d
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_grid_of_configs_matches_transformers():
   """Each config of the grid (odd and even rotary dimensions, rotary fractions, grouped-query
   ratios, a head_dim of its own, tied and untied heads, both residual orders, biases on and off)

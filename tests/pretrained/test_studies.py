@@ -40,6 +40,7 @@ def corpus(tmp_path):
   "name, missing",
   [("pretrained_llc", "model, corpus"), ("pretrained_polymorphism", "model_a, model_b, corpus")],
 )
+@pytest.mark.slow
 def test_without_the_checkpoints_and_corpus_it_says_what_to_pass(tmp_path, name, missing):
   r = subprocess.run(
     [sys.executable, "-m", f"experiments.{name}", f"--workdir={tmp_path / 'run'}"],
@@ -162,22 +163,23 @@ def test_pretrained_llc_end_to_end_plan_progress_and_rerun(tmp_path, capsys, mon
   cfg = pretrained_llc.Config().replace(
     model=os.path.join(HERE, "gpt_neox"),
     corpus=corpus(tmp_path),
+    components="l0h0, l0h1, l1 mlp",  # every default restriction: the test below
     **TINY_CONFIGS["pretrained_llc"],
   )
   summary = pretrained_llc.run(cfg, tmp_path / "run", progress=True)
   out = capsys.readouterr().out
-  assert "11 restrictions in 5 parts; 2 chains × (5 burn-in + 10 draws) each" in out
+  assert "4 restrictions in 3 parts; 2 chains × (5 burn-in + 10 draws) each" in out
   assert "every 2 draws (5 per chain)" in out and "memory per device: " in out
-  # A line as each part ends: 2 chains × 15 steps for all, each layer's 4 heads, each MLP.
-  for done, label in ((30, "1/5 (all)"), (150, "2/5 (attn_0.head_0 … attn_0.head_3)")):
-    assert f"part {label}: {done}/330 chain steps, " in out, out
+  # A line as each part ends: 2 chains × 15 steps for all, the two heads together, the MLP.
+  for done, label in ((30, "1/3 (all)"), (90, "2/3 (l0h0 … l0h1)"), (120, "3/3 (l1 mlp)")):
+    assert f"part {label}: {done}/120 chain steps, " in out, out
   comps = summary["components"]
-  assert list(comps)[:2] == ["all", "attn_0.head_0"] and len(comps) == 1 + 2 * (4 + 1)
+  assert list(comps) == ["all", "l0h0", "l0h1", "l1 mlp"]
   assert summary["probe_tokens"] == 2 * 7  # two windows of 8 tokens predict 7 each
   for c in comps.values():
     assert np.isfinite(c["llc"]) and 0 <= c["resolved_fraction"] <= 1
   saved = np.load(tmp_path / "run" / "susceptibilities.npz")
-  assert saved["chi"].shape == (11, 14) and saved["probes"].shape == (2, 8)
+  assert saved["chi"].shape == (4, 14) and saved["probes"].shape == (2, 8)
   assert sorted(check_report(tmp_path / "run")) == [
     "figures/llc.png",
     "figures/susceptibilities.png",
@@ -186,18 +188,18 @@ def test_pretrained_llc_end_to_end_plan_progress_and_rerun(tmp_path, capsys, mon
   assert page.index("<h2>Verdict</h2>") < page.index("<img ")
   assert "Loss at w*: " in page and "Mixing: " in page
   lines = pretrained_llc.report(summary)
-  assert lines[0].startswith("  gpt_neox: 2 layers, d_model 32") and len(lines) == 12
+  assert lines[0].startswith("  gpt_neox: 2 layers, d_model 32") and len(lines) == 1 + 4
   # A finished run is read back, not recomputed.
   assert pretrained_llc.run(cfg, tmp_path / "run", progress=False) == summary
   # An interruption before the last part: the rerun loads the others and samples that one.
-  for name in ("susceptibilities.npz", "summary.json", "part-04.npz"):
+  for name in ("susceptibilities.npz", "summary.json", "part-02.npz"):
     os.remove(tmp_path / "run" / name)
   calls, real = [], slt.estimate_susceptibilities
   monkeypatch.setattr(
     slt, "estimate_susceptibilities", lambda *a, **k: calls.append(k) or real(*a, **k)
   )
   again = pretrained_llc.run(cfg, tmp_path / "run", progress=False)
-  assert [list(k["components"]) for k in calls if not k.get("analyze")] == [["mlp_1"]]
+  assert [list(k["components"]) for k in calls if not k.get("analyze")] == [["l1 mlp"]]
   assert again["components"] == summary["components"]
   # A plan that does not fit the device stops before sampling, in one line naming what would fit.
   monkeypatch.setattr(pretrained_llc, "device_memory", lambda: 1000)
@@ -219,6 +221,17 @@ def test_site_activations_are_the_sites_of_one_forward_pass_batch_by_batch():
     assert acts["w"][s].dtype == np.float64 and acts["w"][s].shape == (30, model.arch.d_model)
     np.testing.assert_allclose(acts["w"][s], x, rtol=1e-5, atol=1e-6)  # batches of 2, 2 and 1
     np.testing.assert_allclose(acts["one"][s], x[:6], rtol=1e-5, atol=1e-6)
+
+
+def test_by_default_every_head_and_mlp_is_a_restriction_and_a_layers_heads_one_part():
+  model, params = pretrained.load(os.path.join(HERE, "gpt_neox"))
+  comps = pretrained_llc.restrictions("", model, params)
+  heads = [f"attn_{i}.head_{h}" for i in range(2) for h in range(4)]
+  assert sorted(comps) == sorted(["all", *heads, "mlp_0", "mlp_1"]) and comps["all"] is None
+  todo = pretrained_llc.parts(comps)
+  labels = ["all", "attn_0.head_0 … attn_0.head_3", "mlp_0", "attn_1.head_0 … attn_1.head_3"]
+  assert [label for label, _ in todo] == [*labels, "mlp_1"]
+  assert [list(group) for _, group in todo][1] == heads[:4]
 
 
 def test_pretrained_llc_samples_the_restrictions_it_is_given():
@@ -268,7 +281,7 @@ def test_a_run_of_one_chain_or_two_draws_completes_and_says_mixing_cannot_be_jud
   cfg = pretrained_llc.Config().replace(
     model=os.path.join(HERE, "gpt_neox"),
     corpus=corpus(tmp_path),
-    components="l0h0",
+    components="all",
     **(TINY_CONFIGS["pretrained_llc"] | dict(num_chains=chains, num_draws=draws, num_burnin=0)),
   )
   assert cfg.eval_every == 0 and pretrained_llc.eval_stride(cfg) <= draws // 2

@@ -28,6 +28,7 @@ def _permuted(params, perm):
   return p
 
 
+@pytest.mark.slow
 def test_each_entry_is_the_pairwise_measure():
   params = [_params(s) for s in range(3)]
   x = jax.random.normal(jax.random.PRNGKey(9), (20, 4))

@@ -44,6 +44,7 @@ def _chains(data, w_star, seed: int, **settings):
   )
 
 
+@pytest.mark.slow
 def test_map_and_vmap_run_the_same_chains():
   data, w_star = _regression()
   run = lambda how: _chains(data, w_star, 3, num_chains=4, num_draws=40, chain_loop=how)  # noqa: E731
@@ -109,6 +110,7 @@ def test_leaves_outside_the_support_are_held_fixed_with_the_same_draws():
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_components_with_different_supports_equal_each_component_alone():
   """The susceptibility program runs components of different supports as branches of one program;
   each equals the same component estimated on its own (same key, same chains)."""
@@ -134,6 +136,7 @@ def test_components_with_different_supports_equal_each_component_alone():
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_eval_data_defines_the_loss_of_the_observable():
   data, w_star = _regression()
   probes = jax.tree.map(lambda a: a[:4], data)

@@ -42,6 +42,7 @@ SETTINGS = dict(step_size=1e-4, nbeta=default_nbeta(N), localization=1.0, batch_
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_per_sample_path_is_exact_where_it_applies():
   data, w_star = _regression()
   run = lambda path: llc_lib.estimate_llc(  # noqa: E731
@@ -204,6 +205,7 @@ def test_batch_refuses_bad_input():
     )
 
 
+@pytest.mark.slow
 def test_chains_on_cpu_threads_are_the_chains_of_one_program():
   import mechjax
 

@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import ROOT
 
 SCRIPT = textwrap.dedent("""
-    import functools, json, os
+    import json, os
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     import jax.numpy as jnp, numpy as np
@@ -51,14 +51,13 @@ SCRIPT = textwrap.dedent("""
         zip(map(str, meshes), ThreadPoolExecutor(2).map(lambda c: f(mesh(*c)), meshes)))
     out["llc"] = each(llc)
 
-    model, lm = pretrained.load(os.path.join("tests", "pretrained", "checkpoints", "llama_gqa"))
-    rng = np.random.default_rng(0)
-    windows = rng.integers(0, model.arch.vocab_size, (32, 6)).astype(np.int32)
-    probes = windows[:2]
+    def per_sample(p, b):
+      return jnp.mean((jnp.tanh(b["x"] @ p["w1"] + p["b1"][None]) @ p["w2"] - b["y"]) ** 2, -1)
+
+    probes = jax.tree.map(lambda a: a[:2], data)
     chi = lambda m: slt.estimate_susceptibilities(
-        functools.partial(pretrained.next_token_losses, model), lm, windows, probes,
-        key=jax.random.key(0), num_chains=8, num_draws=6, step_size=1e-5, localization=100.0,
-        batch_size=8, mesh=m).chi.tolist()
+        per_sample, params, data, probes, key=jax.random.key(0), num_chains=8, num_draws=6,
+        step_size=1e-5, localization=100.0, batch_size=8, eval_size=32, mesh=m).chi.tolist()
     # The susceptibilities on the mesh that splits both axes (the estimates above cover the others).
     out["chi"] = each(chi, [(1, 1), (2, 4)])
 
@@ -66,6 +65,7 @@ SCRIPT = textwrap.dedent("""
     # as an accumulator that keeps the running mean of w sees them.
     from tests.helpers import MeanDraw
 
+    model, lm = pretrained.load(os.path.join("tests", "pretrained", "checkpoints", "llama_gqa"))
     fractions = {}
     for c, m in [(1, 8), (2, 4)]:
       placed = sharding.place(lm, mesh(c, m))

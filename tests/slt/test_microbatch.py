@@ -50,6 +50,7 @@ def test_pieces_average_to_the_whole_batch_and_only_pieces_are_traced():
 
 @expect_unmixed
 @pytest.mark.parametrize("star_loss", ["per_step", "per_sample"])
+@pytest.mark.slow
 def test_micro_batched_chains_are_the_whole_batch_chains(star_loss):
   run = lambda micro: llc_lib.estimate_llc(  # noqa: E731
     _loss,

@@ -5,6 +5,7 @@ import contextlib
 
 import jax
 import numpy as np
+import pytest
 from jax import monitoring
 
 from mechjax.slt import llc as llc_lib
@@ -72,6 +73,7 @@ def test_a_fresh_lambda_per_call_is_a_new_program_which_the_counter_sees():
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_repeated_bif_and_susceptibility_calls_compile_nothing():
   data = regression.data()
   queries, probes = jax.tree.map(lambda a: a[:4], data), jax.tree.map(lambda a: a[4:10], data)

@@ -4,6 +4,7 @@ lines give the steps done, the rate and the ETA."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from mechjax.slt import progress
 from mechjax.slt import susceptibility as sus
@@ -11,6 +12,7 @@ from tests.helpers import expect_unmixed
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_every_chain_step_of_every_component_is_reported_once():
   x = jax.random.normal(jax.random.key(0), (32, 3))
   data = {"x": x, "y": x @ jnp.array([1.0, -1.0, 0.5])}

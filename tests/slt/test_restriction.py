@@ -74,6 +74,7 @@ def test_from_mask_finds_the_boxes_and_refuses_what_is_not_one():
 
 
 @pytest.mark.parametrize("mala", [False, True])
+@pytest.mark.slow
 def test_a_restricted_chain_carries_its_boxes_and_draws_what_the_masked_chain_draws(mala):
   params, data = _problem()
   mask = _head_mask(params)
@@ -133,6 +134,7 @@ def test_the_llc_of_a_box_mask_is_the_llc_of_the_same_mask_sampled_full_size(mon
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_susceptibilities_of_restrictions_are_those_of_their_masks(monkeypatch):
   """Components given as restrictions, as masks of boxes and as None, sampled with their boxes
   only (two heads of w1 in one loop of the program), give the χ of the same masks sampled

@@ -52,6 +52,7 @@ def test_disk_windows_are_a_view_of_the_memory_map(corpus):
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_the_streamed_llc_is_the_in_memory_llc_with_the_same_key(corpus):
   ids, params = corpus
   windows = tokens.disk_windows(ids, 8)
@@ -92,6 +93,7 @@ def test_the_streamed_llc_is_the_in_memory_llc_with_the_same_key(corpus):
   assert not np.array_equal(other.loss_trace, memory.loss_trace)
 
 
+@pytest.mark.slow
 def test_an_accumulator_sees_the_same_draws_streamed(corpus):
   ids, params = corpus
   windows = tokens.disk_windows(ids, 8)
@@ -137,6 +139,7 @@ def bigram_token_losses(params, windows):
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_streamed_susceptibilities_are_the_in_memory_ones_with_the_same_key(corpus):
   ids, params = corpus
   windows = tokens.disk_windows(ids, 8)

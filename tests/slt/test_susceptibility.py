@@ -59,6 +59,7 @@ def test_bad_draws_are_refused():
     sus.linear_response(np.zeros((5, 2)), np.zeros((5, 3)), 0.0)
 
 
+@pytest.mark.slow
 def test_exact_gaussian_response_matches_exact_posterior_draws():
   """The fast version of theory/linear_response.py's first check: every entry within 3 standard
   errors, and an estimator missing the factor nβ (or with the wrong sign) is caught."""
@@ -132,6 +133,7 @@ def test_estimate_susceptibilities_matches_the_exact_response_of_the_training_lo
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_a_chunked_evaluation_subset_gives_the_same_susceptibilities():
   """``eval_chunk`` evaluates L in pieces (three of 3 samples and a rest of 2 here): the same χ and
   LLC to rounding; ``eval_every`` observes fewer draws, so χ changes but stays finite."""

@@ -34,6 +34,7 @@ def per_sample_loss(params, batch):
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_integer_and_boolean_leaves_are_held_fixed_and_change_nothing():
   data = _data()
   w = {"w": jnp.arange(1.0, 4.0) + 0.1}
@@ -68,6 +69,7 @@ def _resampler(data, batch_size):
 
 
 @expect_unmixed
+@pytest.mark.slow
 def test_a_sampler_that_resamples_the_arrays_gives_the_arrays_result():
   data = _data()
   w = {"w": jnp.arange(1.0, 4.0) + 0.1}

@@ -3,6 +3,8 @@ rerun returns the same summary without training again."""
 
 import json
 
+import pytest
+
 from mechjax.studies import template
 from tests.helpers import check_report
 
@@ -11,6 +13,7 @@ TINY = dict(widths=(1, 8), steps=150, num_seeds=2, log_every=50, checkpoint_ever
 TINY_CONFIGS = {"template": dict(TINY, eval_samples=256)}
 
 
+@pytest.mark.slow
 def test_the_template_trains_analyses_plots_and_reports(tmp_path):
   cfg = template.Config().replace(**TINY_CONFIGS["template"])
   summary = template.run(cfg, tmp_path, progress=False)

@@ -47,6 +47,7 @@ def test_export_steps_are_log_spaced_and_end_at_the_last_step():
   assert steps[0] == 1 and steps[-1] == 300 and steps == sorted(set(steps)) and len(steps) < 40
 
 
+@pytest.mark.slow
 def test_a_steps_batch_depends_on_its_key_alone(corpus):
   cfg = train_lm.Config().replace(**TINY_CONFIGS["train_lm"])
   model = pretrained.DecoderLM(train_lm.make_arch(cfg, 300))
@@ -59,6 +60,7 @@ def test_a_steps_batch_depends_on_its_key_alone(corpus):
   assert abs(float(a) - math.log(300)) < 0.05  # sd-0.02 weights: nearly uniform predictions
 
 
+@pytest.mark.slow
 def test_heldout_loss_weighs_every_window_once(corpus):
   cfg = train_lm.Config().replace(**TINY_CONFIGS["train_lm"])
   model = pretrained.DecoderLM(train_lm.make_arch(cfg, 300))
