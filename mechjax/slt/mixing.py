@@ -33,8 +33,6 @@ vary within any chain has no defined variance ratio and gets NaN.
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
-from scipy import stats
 
 RHAT_MAX = 1.01  # Vehtari et al. (2021), section 4: R̂ above 1.01 means "do not use the draws yet"
 ESS_PER_CHAIN_MIN = 100  # their section 4: a bulk ESS of at least 100 per chain (400 for 4 chains)
@@ -57,6 +55,11 @@ def split_chains(x: np.ndarray) -> np.ndarray:
 def rank_normalize(x: np.ndarray) -> np.ndarray:
   """The normal scores ``Φ⁻¹((r − 3/8) / (S + 1/4))`` of the pooled draws of each quantity (Vehtari
   et al. 2021, eq. 14; ``r`` the rank among all ``S`` draws of all chains, ties averaged)."""
+  # Imported here: scipy.stats takes about 0.6 s to import, which every `import mechjax.slt` (a
+  # command line that stops at a bad flag, say) would otherwise pay.
+  from scipy import special  # noqa: PLC0415
+  from scipy import stats  # noqa: PLC0415
+
   x = np.asarray(x, np.float64)
   flat = x.reshape(*x.shape[:-2], -1)
   ranks = stats.rankdata(flat, method="average", axis=-1)
