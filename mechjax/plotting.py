@@ -1,21 +1,39 @@
-"""Figures shared by the experiments (matplotlib, Agg backend: no display needed)."""
+"""Figures shared by the experiments (matplotlib, Agg backend: no display needed).
+
+matplotlib is imported when the first figure is made (:func:`pyplot`; ``plotting.plt`` is the same
+module): importing it takes about 0.7 s, which a command that stops before its figures (a bad flag,
+a finished run) need not pay."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+@functools.cache
+def pyplot():
+  """``matplotlib.pyplot`` on the Agg backend, imported on the first call."""
+  import matplotlib  # noqa: PLC0415
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+
+  return plt
+
+
+def __getattr__(name: str):
+  if name == "plt":  # plotting.plt: matplotlib.pyplot, imported on first use
+    return pyplot()
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def save(fig, path: str) -> str:
   """Lays ``fig`` out tightly, writes it to ``path`` (110 dpi) and closes it. Returns ``path``."""
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
+  pyplot().close(fig)
   return path
 
 
@@ -89,7 +107,7 @@ def curves_figure(
   target: float | None = None,
 ) -> str:
   """One panel per ``(title, curves)``; mean over seeds with a ±1 sd band. Returns ``path``."""
-  fig, axes = plt.subplots(
+  fig, axes = pyplot().subplots(
     1, len(panels), figsize=(4.8 * len(panels), 3.8), squeeze=False, sharey=True
   )
   for ax, (title, curves) in zip(axes[0], panels):
@@ -123,7 +141,7 @@ def loglog_fit_figure(
   label: str = "median over seeds",
 ) -> str:
   """Log-log points with a fitted power law ``y = prefactor · x^exponent``. Returns ``path``."""
-  fig, ax = plt.subplots(figsize=(4.8, 3.8))
+  fig, ax = pyplot().subplots(figsize=(4.8, 3.8))
   if scatter:
     for xs, ys in scatter:
       ax.scatter(xs, ys, s=8, color="gray", alpha=0.4)
@@ -157,7 +175,7 @@ def bars_figure(
   With ``points``, each value may instead be a list (one point per repetition, e.g. per seed pair),
   drawn as dots over a bar at their mean. ``None`` values are skipped. Returns ``path``.
   """
-  fig, axes = plt.subplots(
+  fig, axes = pyplot().subplots(
     1,
     len(panels),
     figsize=(max(4.8, 1.1 * max(len(p[1]) for p in panels)) * len(panels), 3.8),
@@ -190,7 +208,7 @@ def matrices_figure(
 ) -> str:
   """Heatmaps of matrices side by side (diverging colours, shared scale). Returns ``path``."""
   vmax = vmax or max(float(np.max(np.abs(m))) for _, m in panels)
-  fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.6), squeeze=False)
+  fig, axes = pyplot().subplots(1, len(panels), figsize=(3.6 * len(panels), 3.6), squeeze=False)
   for ax, (title, m) in zip(axes[0], panels):
     im = ax.imshow(m, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
     ax.set_title(title, fontsize=9)
@@ -198,5 +216,5 @@ def matrices_figure(
     ax.set_yticks([])
   fig.colorbar(im, ax=list(axes[0]), shrink=0.8)
   fig.savefig(path, dpi=110)
-  plt.close(fig)
+  pyplot().close(fig)
   return path
