@@ -168,11 +168,7 @@ def normals(requests: Sequence[tuple]) -> list[jax.Array]:
       out[i] = normal(key, shape, dtype, start, size)
     else:
       packed.append((i, kd, _flat_positions(shape, start, size).reshape(-1), size))
-  if len(packed) == 1:
-    i, kd, lo, size = packed[0]
-    with jax.named_scope(SCOPE):
-      out[i] = _normal_of_positions(kd[0], kd[1], lo).reshape(size)
-  elif packed:
+  if packed:
     with jax.named_scope(SCOPE):
       keys = [
         jnp.concatenate([jnp.broadcast_to(p[1][j], p[2].shape) for p in packed]) for j in (0, 1)

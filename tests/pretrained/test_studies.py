@@ -163,7 +163,7 @@ def test_pretrained_llc_end_to_end_plan_progress_and_rerun(tmp_path, capsys, mon
   cfg = pretrained_llc.Config().replace(
     model=os.path.join(HERE, "gpt_neox"),
     corpus=corpus(tmp_path),
-    components="l0h0, l0h1, l1 mlp",  # every default restriction: the test below
+    components="l0h0, l0h1, l1 mlp",  # the default, every head and MLP: the test below
     **TINY_CONFIGS["pretrained_llc"],
   )
   summary = pretrained_llc.run(cfg, tmp_path / "run", progress=True)

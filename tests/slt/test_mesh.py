@@ -32,8 +32,10 @@ SCRIPT = textwrap.dedent("""
     MESHES = [(1, 8), (2, 4)]
     out = {"devices": len(devs)}
 
-    def loss(p, b):
-      return jnp.mean((jnp.tanh(b["x"] @ p["w1"] + p["b1"][None]) @ p["w2"] - b["y"]) ** 2)
+    def per_sample(p, b):
+      return jnp.mean((jnp.tanh(b["x"] @ p["w1"] + p["b1"][None]) @ p["w2"] - b["y"]) ** 2, -1)
+
+    loss = lambda p, b: jnp.mean(per_sample(p, b))
 
     k = jax.random.split(jax.random.key(0), 3)
     params = {"w1": jax.random.normal(k[0], (8, 64)) / 3, "b1": jnp.zeros(64),
@@ -50,9 +52,6 @@ SCRIPT = textwrap.dedent("""
     each = lambda f, meshes=ALL: dict(
         zip(map(str, meshes), ThreadPoolExecutor(2).map(lambda c: f(mesh(*c)), meshes)))
     out["llc"] = each(llc)
-
-    def per_sample(p, b):
-      return jnp.mean((jnp.tanh(b["x"] @ p["w1"] + p["b1"][None]) @ p["w2"] - b["y"]) ** 2, -1)
 
     probes = jax.tree.map(lambda a: a[:2], data)
     chi = lambda m: slt.estimate_susceptibilities(
