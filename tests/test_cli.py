@@ -14,7 +14,10 @@ import numpy as np
 import optax
 import pytest
 
+from mechjax import cli
+from mechjax.errors import InputError
 from mechjax.studies.fourier import fourier_phase
+from mechjax.studies.frame import StudyStopped
 from mechjax.train import checkpoint as ckpt_lib
 from mechjax.train import loop
 from mechjax.train import metrics as metrics_lib
@@ -78,12 +81,9 @@ def test_huge_learning_rate_stops_with_the_nan_message(tmp_path):
   assert not (wd / "summary.json").exists()
 
 
-@pytest.mark.slow
-def test_finished_run_is_not_retrained_and_overwrite_starts_afresh(tmp_path):
-  wd = tmp_path / "done"
-  args = [*SMALL, "--steps=200", "--log_every=100", "--checkpoint_every=100", f"--workdir={wd}"]
-  r = run_module("experiments.fourier_phase", *args)
-  assert r.returncode == 0, r.stderr
+def _check_finished_run(wd, args):
+  """The files and report of the finished run in ``wd`` (run with ``args``), then: run again, it
+  is not retrained; with another --steps, it is refused in one line naming the recorded value."""
   for f in (
     "config.json",
     "metrics.jsonl",
@@ -93,19 +93,16 @@ def test_finished_run_is_not_retrained_and_overwrite_starts_afresh(tmp_path):
   ):
     assert (wd / f).exists(), f
   check_report(wd)
-  assert r.stdout.strip().splitlines()[-1].endswith(f"open {wd}/report.html")  # the last line
   page = (wd / "report.html").read_text()
   assert page.index("<h2>Results</h2>") < page.index("<img") < page.index("<h2>Config")
   assert "shaded bands: ±1 sd over seeds" in page  # the figures' captions
   before = {f: (wd / f).stat().st_mtime_ns for f in ("metrics.jsonl", "summary.json")}
-  r = run_module("experiments.fourier_phase", *args)
+  r = run_module("experiments.fourier_phase", *args, f"--workdir={wd}")
   assert r.returncode == 0 and "complete" in r.stdout
   assert {f: (wd / f).stat().st_mtime_ns for f in before} == before
-  r = run_module("experiments.fourier_phase", *args[:-1], "--steps=300", f"--workdir={wd}")
-  assert r.returncode == 2 and "--steps=200" in r.stderr and "Traceback" not in r.stderr
-  r = run_module("experiments.fourier_phase", *args, "--overwrite")
-  assert r.returncode == 0 and "step 200/200" in r.stderr
-  assert (wd / "summary.json").stat().st_mtime_ns != before["summary.json"]
+  r = run_module("experiments.fourier_phase", *args, "--steps=300", f"--workdir={wd}")
+  assert r.returncode == 2 and "Traceback" not in r.stderr
+  assert "--steps=16000" in r.stderr, r.stderr
 
 
 def _final_state(wd, steps_args):
@@ -125,10 +122,16 @@ def _final_state(wd, steps_args):
 @pytest.mark.slow
 @pytest.mark.compute_bound
 def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
+  """A run killed between checkpoints, run again, ends as the uninterrupted run does. The
+  uninterrupted run, finished, is not retrained when run again and refuses other settings; with
+  --overwrite it starts afresh."""
   steps = 16000
   args = [*SMALL, f"--steps={steps}", "--log_every=1000", "--checkpoint_every=2000"]
   straight, killed = tmp_path / "straight", tmp_path / "killed"
-  assert run_module("experiments.fourier_phase", *args, f"--workdir={straight}").returncode == 0
+  r = run_module("experiments.fourier_phase", *args, f"--workdir={straight}")
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.strip().splitlines()[-1].endswith(f"open {straight}/report.html")  # the last line
+  _check_finished_run(straight, args)
 
   env = {**os.environ, "PYTHONPATH": ROOT}
   proc = subprocess.Popen(
@@ -179,13 +182,36 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
   for ra, rb in zip(rows_a, rows_b):
     for k in ("train_loss", "test_loss", "test_acc"):
       np.testing.assert_allclose(ra[k], rb[k], atol=1e-6)
+  summary_mtime = (straight / "summary.json").stat().st_mtime_ns
   sa = json.loads((straight / "summary.json").read_text())
   sb = json.loads((killed / "summary.json").read_text())
   assert sa["conditions"] == sb["conditions"]
+  # --overwrite starts afresh, here with settings of its own.
+  again = [*SMALL, "--steps=200", "--log_every=100", f"--workdir={straight}", "--overwrite"]
+  r = run_module("experiments.fourier_phase", *again)
+  assert r.returncode == 0 and "step 200/200" in r.stderr, r.stderr
+  assert (straight / "summary.json").stat().st_mtime_ns != summary_mtime
+
+
+@pytest.mark.parametrize(
+  "error,code",
+  [(StudyStopped("no share qualifies;\n raise --x"), 1), (InputError("--x must be 1"), 2)],
+)
+def test_a_study_that_stops_or_a_refused_input_exits_with_one_line(
+  error, code, monkeypatch, capsys
+):
+  monkeypatch.setattr(sys, "argv", ["study"])
+
+  def main(argv):
+    raise error
+
+  with pytest.raises(SystemExit) as e:
+    cli.execute(main)
+  assert e.value.code == code
+  assert capsys.readouterr().err == f"error: {' '.join(str(error).split())}\n"
 
 
 def test_mechjax_warnings_print_as_one_line_and_others_as_python_does():
-  from mechjax import cli
   from mechjax.data.tokens import CorpusWarning
 
   said = cli._format_warning(
