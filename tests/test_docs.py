@@ -3,8 +3,8 @@ on its own, and the README's "Use it on your model" example. Each document's blo
 fresh process started from a folder outside the checkout, each block in a namespace and a working
 folder of its own (so a block that uses an earlier block's names or files fails), one after the
 other; blocks marked ``# requires: torch`` run only where torch is installed. One process per
-document rather than per block: the blocks share nothing but the imported modules, and a process
-start (importing JAX) was a tenth of the suite's time here."""
+document rather than per block, so JAX is imported twice rather than once a block: the blocks
+share the imported modules and JAX's global settings, which no block changes."""
 
 import importlib.util
 import json
