@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 from absl import app
 from absl import flags
@@ -72,12 +71,7 @@ def worker(chains: int, model_axis: int) -> dict:
   run = lambda: slt.estimate_llc(  # noqa: E731
     loss_fn, params, windows, key=jax.random.key(2), settings=settings, mesh=mesh
   )
-  t = time.perf_counter()
-  run()
-  first = time.perf_counter() - t
-  t = time.perf_counter()
-  res = run()
-  sampling = time.perf_counter() - t
+  first, sampling, res = timing.first_and_second(run)
   mem = sgld.chains_memory(
     loss_fn, params, windows, jax.random.key(2), settings.resolved(len(windows)), mesh=mesh
   )

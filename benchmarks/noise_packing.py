@@ -17,7 +17,6 @@ prints each variant's best of both and the per-leaf variant's compile time over 
 from __future__ import annotations
 
 import json
-import time
 
 from absl import app
 from absl import flags
@@ -59,12 +58,7 @@ def worker(variant: str) -> dict:
     batch_size=32,
   )
   run = lambda: slt.estimate_llc(loss, params, tokens, key=jax.random.key(1), settings=settings)  # noqa: E731
-  t = time.perf_counter()
-  run()
-  first_s = time.perf_counter() - t
-  t = time.perf_counter()
-  second = run()
-  second_s = time.perf_counter() - t
+  first_s, second_s, second = timing.first_and_second(run)
   leaves = len(jax.tree.leaves(params))
   return {
     "compile_s": first_s - second_s,

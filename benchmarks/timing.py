@@ -16,6 +16,18 @@ def best_time(fn, repeats: int) -> float:
   return min(times)
 
 
+def first_and_second(fn):
+  """``(first_s, second_s, second_result)``: the wall times of two calls of ``fn``, the first
+  compiling its programs and the second reusing them, and what the second returned (``fn`` returns
+  once its results are ready, as the SLT calls do)."""
+  t = time.perf_counter()
+  fn()
+  first = time.perf_counter() - t
+  t = time.perf_counter()
+  result = fn()
+  return first, time.perf_counter() - t, result
+
+
 # A small launcher between the benchmark and its worker. Linux counts in a child's peak resident
 # memory (ru_maxrss) the resident memory of the process it was forked from, so a worker forked from
 # the benchmark's own process (JAX loaded, a model trained) would inherit that as its "peak". The
