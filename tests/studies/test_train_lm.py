@@ -53,10 +53,11 @@ def test_a_steps_batch_depends_on_its_key_alone(corpus):
   model = pretrained.DecoderLM(train_lm.make_arch(cfg, 300))
   ids = np.asarray(tokens.read_tokens(corpus.train))
   problem = train_lm.make_problem(cfg, model, ids, np.zeros((2, 9), np.int32))
-  params = problem.init(jax.random.key(0))
-  a = problem.loss(params, jax.random.key(5))[0]
-  assert float(a) == float(problem.loss(params, jax.random.key(5))[0])
-  assert float(a) != float(problem.loss(params, jax.random.key(6))[0])
+  params = jax.jit(problem.init)(jax.random.key(0))
+  loss = jax.jit(lambda key: problem.loss(params, key)[0])  # one program for the three keys
+  a = loss(jax.random.key(5))
+  assert float(a) == float(loss(jax.random.key(5)))
+  assert float(a) != float(loss(jax.random.key(6)))
   assert abs(float(a) - math.log(300)) < 0.05  # sd-0.02 weights: nearly uniform predictions
 
 
@@ -64,14 +65,14 @@ def test_a_steps_batch_depends_on_its_key_alone(corpus):
 def test_heldout_loss_weighs_every_window_once(corpus):
   cfg = train_lm.Config().replace(**TINY_CONFIGS["train_lm"])
   model = pretrained.DecoderLM(train_lm.make_arch(cfg, 300))
-  params_S = jax.vmap(lambda k: train_lm.init_params(model, k))(
+  params_S = jax.jit(jax.vmap(lambda k: train_lm.init_params(model, k)))(
     jax.random.split(jax.random.key(1), 2)
   )
   w = np.random.default_rng(0).integers(0, 300, (7, 9)).astype(np.int32)
   got = train_lm.heldout_loss(model, params_S, w, batch=3)  # 3 + 3 + 1 (padded)
+  losses = jax.jit(lambda p: pretrained.next_token_losses(model, p, w).mean())
   for i in range(2):
-    one = jax.tree.map(lambda a: a[i], params_S)
-    want = float(pretrained.next_token_losses(model, one, w).mean())
+    want = float(losses(jax.tree.map(lambda a: a[i], params_S)))
     assert got[i] == pytest.approx(want, rel=1e-5)
 
 

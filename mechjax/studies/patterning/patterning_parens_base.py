@@ -16,6 +16,7 @@ distribution, the forced reference solutions and the tallies.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -151,8 +152,14 @@ def group_probes(cfg: ParensSettings, ids: np.ndarray, num_groups: int) -> np.nd
   )
 
 
+# A method of a :class:`Model` compiled as one program, the instance static (hashed by identity):
+# called outside a traced function, as the references' checks are, it does not run op by op.
+_compiled = functools.partial(jax.jit, static_argnums=0)
+
+
 class Model:
-  """The classifier: a transformer read out at the last position (``label`` head, 2 classes)."""
+  """The classifier: a transformer read out at the last position (``label`` head, 2 classes). Its
+  losses and accuracies are compiled programs, also when called on concrete arrays."""
 
   def __init__(self, cfg: ParensSettings):
     self.net = Transformer(
@@ -169,9 +176,11 @@ class Model:
   def init(self, key):
     return self.net.init(key, jnp.zeros((1, self.length), jnp.int32))
 
+  @_compiled
   def logits(self, params, tokens):
     return self.net.apply(params, tokens)["label"][:, -1]
 
+  @_compiled
   def per_sample_loss(self, params, batch):
     return optax.softmax_cross_entropy_with_integer_labels(
       self.logits(params, batch["tokens"]), batch["label"]
@@ -181,9 +190,11 @@ class Model:
     """``weight_i · ℓ_i``: with weights of mean 1, the mean is the re-weighted loss."""
     return batch["weight"] * self.per_sample_loss(params, batch)
 
+  @_compiled
   def counts_rate(self, params, tokens):
     return jnp.mean(jnp.argmax(self.logits(params, tokens), -1) == 1)
 
+  @_compiled
   def accuracy(self, params, batch):
     return jnp.mean(jnp.argmax(self.logits(params, batch["tokens"]), -1) == batch["label"])
 
