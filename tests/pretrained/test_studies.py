@@ -191,15 +191,25 @@ def test_pretrained_llc_end_to_end_plan_progress_and_rerun(tmp_path, capsys, mon
   assert lines[0].startswith("  gpt_neox: 2 layers, d_model 32") and len(lines) == 1 + 4
   # A finished run is read back, not recomputed.
   assert pretrained_llc.run(cfg, tmp_path / "run", progress=False) == summary
-  # An interruption before the last part: the rerun loads the others and samples that one.
-  for name in ("susceptibilities.npz", "summary.json", "part-02.npz"):
-    os.remove(tmp_path / "run" / name)
   calls, real = [], slt.estimate_susceptibilities
   monkeypatch.setattr(
     slt, "estimate_susceptibilities", lambda *a, **k: calls.append(k) or real(*a, **k)
   )
+  # An interruption after the last part: the rerun loads every part and compiles no sampler.
+  for name in ("susceptibilities.npz", "summary.json"):
+    os.remove(tmp_path / "run" / name)
+  loaded = pretrained_llc.run(cfg, tmp_path / "run", progress=False)
+  assert loaded["components"] == summary["components"]
+  assert [k for k in calls if "components" in k] == []
+  # An interruption before the last part: the rerun loads the others and samples that one, the
+  # only part its plan compiles.
+  for name in ("susceptibilities.npz", "summary.json", "part-02.npz"):
+    os.remove(tmp_path / "run" / name)
   again = pretrained_llc.run(cfg, tmp_path / "run", progress=False)
-  assert [list(k["components"]) for k in calls if not k.get("analyze")] == [["l1 mlp"]]
+  for analyze in (True, False):
+    assert [list(k["components"]) for k in calls if k.get("analyze", False) == analyze] == [
+      ["l1 mlp"]
+    ], analyze
   assert again["components"] == summary["components"]
   # A plan that does not fit the device stops before sampling, in one line naming what would fit.
   monkeypatch.setattr(pretrained_llc, "device_memory", lambda: 1000)

@@ -255,8 +255,9 @@ def parts(components: dict) -> list[tuple[str, dict]]:
 
 def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: list, sample) -> None:
   """Logs the plan before the first chain step: the parameters, every restriction's weights, the
-  chains and draws, the parts, and the per-device memory of the largest part's compiled program
-  (its memory analysis); stops in one line when that does not fit the device."""
+  chains and draws, the parts, and the per-device memory of the compiled program (its memory
+  analysis) of the largest part still to sample, which its sampling then reuses; stops in one line
+  when that does not fit the device. A rerun compiles no program for the parts it loads."""
   total = sum(np.size(x) for x in jax.tree.leaves(params))
   s, k = cfg.sgld, eval_stride(cfg)
   ctx.log(
@@ -270,7 +271,11 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
     each = f"{len(sizes)} × {sizes[0]:,}" if len(set(sizes)) == 1 else " + ".join(map(str, sizes))
     share = 100 * sizes[0] / total
     ctx.log(f"  part {i + 1}: {label}, {each} weights ({share:.3g}% of the model each)")
-  largest = largest_part(todo, total)
+  waiting = [part for i, part in enumerate(todo) if not os.path.exists(ctx.path(part_file(i)))]
+  if not waiting:
+    ctx.log("  every part is sampled already: nothing to compile")
+    return
+  largest = largest_part(waiting, total)
   memory = sample(components=largest[1], analyze=True)
   # On one CPU device the chains run as thread groups, each a program with its own temporaries.
   groups = 1
@@ -279,7 +284,7 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
   temporaries = groups * (memory.output_size_in_bytes + memory.temp_size_in_bytes)
   need, have = memory.argument_size_in_bytes + temporaries, device_memory()
   ctx.log(
-    f"  memory per device: {need / 2**30:.2f} GiB for the largest part ({largest[0]}: "
+    f"  memory per device: {need / 2**30:.2f} GiB for the largest part to sample ({largest[0]}: "
     f"arguments {memory.argument_size_in_bytes / 2**30:.2f}, temporaries "
     f"{temporaries / 2**30:.2f} in {groups} program{'s' * (groups > 1)} at once) of "
     f"{have / 2**30:.1f} GiB, from the compiled program's memory analysis"
@@ -291,6 +296,11 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
       f"has {have / 2**30:.1f} GiB: use fewer chains, a smaller batch_size or a microbatch_size, "
       "fewer restrictions (--components), or a model axis over more devices (--model_axis)",
     )
+
+
+def part_file(index: int) -> str:
+  """The file of part ``index`` (from 0) of :func:`parts` in the run folder."""
+  return f"part-{index:02d}.npz"
 
 
 def largest_part(todo: list, total: int) -> tuple[str, dict]:
@@ -319,8 +329,8 @@ def sample_parts(cfg: Config, ctx: frame.Context, todo: list, sample) -> dict:
   results = []
   with progress.listening(hint):
     for i, (label, group) in enumerate(todo):
-      name = f"part-{i:02d}"
-      if os.path.exists(ctx.path(f"{name}.npz")):
+      name = part_file(i).removesuffix(".npz")
+      if os.path.exists(ctx.path(part_file(i))):
         meter.skip(steps * len(group))
       meter.start(f"part {i + 1}/{len(todo)} ({label})")
 
