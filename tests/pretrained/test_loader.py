@@ -116,12 +116,14 @@ def test_the_chunked_head_is_logsumexp_and_its_gradient_without_the_logits(monke
   def direct(x, kernel, bias):
     return jnp.sum(weights * jax.nn.logsumexp(x @ kernel + bias[None], axis=-1))
 
-  got, want = (jax.value_and_grad(f, (0, 1, 2))(x, kernel, bias) for f in (chunked, direct))
+  got, want = (
+    jax.jit(jax.value_and_grad(f, (0, 1, 2)))(x, kernel, bias) for f in (chunked, direct)
+  )
   assert abs(float(got[0]) - float(want[0])) <= 1e-5 * abs(float(want[0]))
   for g, w in zip(got[1], want[1]):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
   # Without a bias, and vmapped over windows (as the per-sample losses at w* are computed).
-  lse = jax.vmap(lambda xs: pretrained.logsumexp_head(xs, kernel))(x.reshape(3, 4, d))
+  lse = jax.jit(jax.vmap(lambda xs: pretrained.logsumexp_head(xs, kernel)))(x.reshape(3, 4, d))
   np.testing.assert_allclose(lse.reshape(n), jax.nn.logsumexp(x @ kernel, axis=-1), rtol=1e-6)
   # No array of the gradient's program holds a row of the vocabulary for every token.
   shapes = set(program_shapes(jax.make_jaxpr(jax.grad(chunked, (0, 1, 2)))(x, kernel, bias)))
@@ -131,7 +133,7 @@ def test_the_chunked_head_is_logsumexp_and_its_gradient_without_the_logits(monke
   assert (n, v) in set(program_shapes(jax.make_jaxpr(jax.grad(direct))(x, kernel, bias)))
   # bf16 params: float32 output, bf16 gradients, close to the float32 values.
   b16 = lambda a: a.astype(jnp.bfloat16)  # noqa: E731
-  lse16, grads16 = jax.value_and_grad(chunked, (1, 2))(b16(x), b16(kernel), b16(bias))
+  lse16, grads16 = jax.jit(jax.value_and_grad(chunked, (1, 2)))(b16(x), b16(kernel), b16(bias))
   assert lse16.dtype == jnp.float32 and {g.dtype for g in grads16} == {jnp.dtype(jnp.bfloat16)}
   assert abs(float(lse16) - float(want[0])) <= 0.05 * abs(float(want[0]))
 
@@ -178,7 +180,8 @@ def test_the_grid_of_configs_matches_transformers():
     model, params = pretrained.load(os.path.join(HERE, "grid", name))
     rotary.add(model.arch.rotary_dim)
     want = expected(os.path.join("grid", name))
-    logits, sites = model.apply({"params": params}, jnp.asarray(want["tokens"]), return_sites=True)
+    forward = jax.jit(lambda p, t: model.apply({"params": p}, t, return_sites=True))
+    logits, sites = forward(params, jnp.asarray(want["tokens"]))  # one program, not op by op
     assert max_abs(logits, want["logits"]) <= 1e-4, name
     assert float(np.std(want["logits"])) > 0.1, name
     for site, value in compared_sites(want).items():
