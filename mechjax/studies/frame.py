@@ -121,6 +121,10 @@ class Context:
     if self.progress:
       print(text, flush=True)
 
+  def saved(self, name: str, fmt: str = "json") -> bool:
+    """Whether stage ``name`` (:meth:`stage`) is saved in the workdir, so that it loads."""
+    return os.path.exists(self.path(f"{name}.{fmt}"))
+
   def stage(self, name: str, compute: Callable[[], Any], fmt: str = "json") -> Any:
     """The result of ``compute()``, saved as ``<workdir>/<name>.<fmt>`` the first time and loaded
     from there on every later call with this workdir (a rerun after an interruption, or of a

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 
 import jax
@@ -216,7 +215,7 @@ def estimate(cfg: Config, ctx: frame.Context, model, params_P, windows, named: d
         "nbeta": np.asarray(d["nbeta"]),
       }
 
-    done = os.path.exists(ctx.path(f"{stage}.npz"))
+    done = ctx.saved(stage, "npz")
     if not done:
       ctx.log(
         f"  restriction {i + 1}/{len(named)} ({name}): {points} checkpoints × {s.num_chains} "

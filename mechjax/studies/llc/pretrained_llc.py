@@ -271,7 +271,7 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
     each = f"{len(sizes)} × {sizes[0]:,}" if len(set(sizes)) == 1 else " + ".join(map(str, sizes))
     share = 100 * sizes[0] / total
     ctx.log(f"  part {i + 1}: {label}, {each} weights ({share:.3g}% of the model each)")
-  waiting = [part for i, part in enumerate(todo) if not os.path.exists(ctx.path(part_file(i)))]
+  waiting = [part for i, part in enumerate(todo) if not ctx.saved(part_name(i), "npz")]
   if not waiting:
     ctx.log("  every part is sampled already: nothing to compile")
     return
@@ -298,9 +298,10 @@ def plan_run(cfg: Config, ctx: frame.Context, params, components: dict, todo: li
     )
 
 
-def part_file(index: int) -> str:
-  """The file of part ``index`` (from 0) of :func:`parts` in the run folder."""
-  return f"part-{index:02d}.npz"
+def part_name(index: int) -> str:
+  """The stage name of part ``index`` (from 0) of :func:`parts`: ``part-NN.npz`` in the run
+  folder."""
+  return f"part-{index:02d}"
 
 
 def largest_part(todo: list, total: int) -> tuple[str, dict]:
@@ -329,8 +330,8 @@ def sample_parts(cfg: Config, ctx: frame.Context, todo: list, sample) -> dict:
   results = []
   with progress.listening(hint):
     for i, (label, group) in enumerate(todo):
-      name = part_file(i).removesuffix(".npz")
-      if os.path.exists(ctx.path(part_file(i))):
+      name = part_name(i)
+      if ctx.saved(name, "npz"):
         meter.skip(steps * len(group))
       meter.start(f"part {i + 1}/{len(todo)} ({label})")
 
